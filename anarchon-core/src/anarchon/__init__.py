@@ -1,0 +1,62 @@
+"""anarchon: cron jobs that run exactly once across any number of instances, with no leader.
+
+Every instance schedules every job; for each job and slot, one atomic step in a store the
+application already runs decides which single instance runs it.
+"""
+
+from __future__ import annotations
+
+from ._backends.memory import MemoryStore
+from ._capabilities import Capabilities
+from ._claims import (
+    MAX_ATTEMPTS,
+    Claim,
+    ClaimRequest,
+    Outcome,
+    Overlap,
+    fencing_token,
+    new_token,
+)
+from ._connect import connect, create_store
+from ._durations import to_ms
+from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable
+from ._names import check_name
+from ._options import DurationMs, StoreOptions
+from ._runs import RunRecord, RunStatus
+from ._urls import StoreURL, redact
+from .abc import ClaimStore, LeaseStore, SupportsClaimMany
+from .plugins import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "AnarchonError",
+    "Capabilities",
+    "Claim",
+    "ClaimRequest",
+    "ClaimStore",
+    "ConfigError",
+    "DurationMs",
+    "Fenced",
+    "LeaseStore",
+    "MemoryStore",
+    "Outcome",
+    "Overlap",
+    "RunRecord",
+    "RunStatus",
+    "StoreCorrupt",
+    "StoreOptions",
+    "StoreURL",
+    "StoreUnavailable",
+    "SupportsClaimMany",
+    "__version__",
+    "check_name",
+    "connect",
+    "create_store",
+    "fencing_token",
+    "hookimpl",
+    "new_token",
+    "redact",
+    "to_ms",
+]

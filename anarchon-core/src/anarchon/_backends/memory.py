@@ -1,0 +1,214 @@
+"""`memory://name`: the reference implementation of the lease rules, in one process.
+
+It is the model the conformance kit compares every backend against, so it follows DESIGN section 5
+to the letter and nothing more. Stores opened with the same name in one process share their runs
+(so several "instances" can race in a test); the clock is injectable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import attrs
+
+from .._capabilities import Capabilities
+from .._claims import Claim, ClaimRequest
+from .._leases import decide_claim, keep_until
+from .._names import check_name
+from .._options import StoreOptions
+from .._runs import RunRecord, RunStatus
+from .._urls import StoreURL
+from ..abc import LeaseStore
+
+__all__ = ["MemoryOptions", "MemoryStore"]
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class MemoryOptions(StoreOptions):
+    """`memory://` has only the common options."""
+
+
+@attrs.define
+class _Job:
+    runs: dict[int, RunRecord] = attrs.Factory(dict)
+    keep: dict[int, int] = attrs.Factory(dict)
+    floor: int | None = None
+
+
+@attrs.define
+class _Namespace:
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+    jobs: dict[tuple[str, str], _Job] = attrs.Factory(dict)
+
+
+_namespaces: dict[str, _Namespace] = {}
+_namespaces_lock = threading.Lock()
+
+
+class MemoryStore(LeaseStore):
+    """In-process lease store. ``memory://`` alone is private to the store object;
+    ``memory://name`` is shared by every store of that name in the process."""
+
+    Options: ClassVar[type[StoreOptions]] = MemoryOptions
+
+    def __init__(self, url: StoreURL, options: StoreOptions, *, clock: Clock | None = None) -> None:
+        self.url = url
+        self.options = options
+        self.clock: Clock = clock or wall_clock_ms
+        name = url.host or url.path
+        if name:
+            check_name(name, what="memory store name")
+            with _namespaces_lock:
+                self._ns = _namespaces.setdefault(name, _Namespace())
+        else:
+            self._ns = _Namespace()
+
+    @classmethod
+    def create(
+        cls, name: str = "", *, clock: Clock | None = None, **options: object
+    ) -> MemoryStore:
+        """Build a store directly (tests, examples): ``MemoryStore.create("demo", clock=...)``."""
+        from .._options import structure_options
+
+        url = StoreURL.parse(f"memory://{name}")
+        opts = structure_options(MemoryOptions, options, where="memory://")
+        return cls(url, opts, clock=clock)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            leases=True,
+            self_recognition=True,
+            fencing=True,
+            overlap=True,
+            history=True,
+            store_clock=True,
+            batch=True,
+            remembers_ms=None,
+        )
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def now_ms(self) -> int:
+        return self.clock()
+
+    def _job(self, job: str) -> _Job:
+        return self._ns.jobs.setdefault((self.options.prefix, job), _Job())
+
+    def _claim_locked(self, request: ClaimRequest, now: int) -> Claim:
+        state = self._job(request.job)
+        run = state.runs.get(request.slot)
+
+        def other_live() -> bool:
+            return any(
+                r.status is RunStatus.RUNNING
+                and r.slot != request.slot
+                and r.lease_until is not None
+                and r.lease_until >= now
+                for r in state.runs.values()
+            )
+
+        claim, write = decide_claim(run, request, now, floor=state.floor, other_live=other_live)
+        if write is not None:
+            state.runs[request.slot] = write
+            if run is None:
+                state.keep[request.slot] = keep_until(request, self.options.retention_margin_ms)
+                self._sweep(state, now)
+        return claim
+
+    def _sweep(self, state: _Job, now: int) -> None:
+        """L11: forget runs past retention beyond the newest `history_limit`; raise the floor."""
+        excess = len(state.runs) - self.options.history_limit
+        if excess <= 0:
+            return
+        for slot in sorted(state.runs)[:excess]:
+            run = state.runs[slot]
+            live = run.status is RunStatus.RUNNING and (run.lease_until or 0) >= now
+            if state.keep[slot] >= now or live:
+                break
+            del state.runs[slot], state.keep[slot]
+            state.floor = slot if state.floor is None else max(state.floor, slot)
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        with self._ns.lock:
+            return self._claim_locked(request, self.clock())
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        with self._ns.lock:
+            now = self.clock()
+            return [self._claim_locked(r, now) for r in requests]
+
+    async def check(self, request: ClaimRequest) -> Claim:
+        with self._ns.lock:
+            now = self.clock()
+            run = self._job(request.job).runs.get(request.slot)
+            if run is not None and (
+                run.status.finished or (run.lease_until is not None and run.lease_until >= now)
+            ):
+                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
+                return claim
+            return self._claim_locked(request, now)
+
+    def _update(
+        self, job: str, slot: int, token: str, change: Callable[[RunRecord, int], RunRecord]
+    ) -> bool:
+        with self._ns.lock:
+            state = self._job(job)
+            run = state.runs.get(slot)
+            if run is None or run.status is not RunStatus.RUNNING or run.token != token:
+                return False
+            state.runs[slot] = change(run, self.clock())
+            return True
+
+    async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
+        return self._update(
+            job, slot, token, lambda r, now: attrs.evolve(r, lease_until=now + lease_ms)
+        )
+
+    async def finish(
+        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+    ) -> bool:
+        if not status.finished:
+            raise ValueError(f"finish needs a final status, got {status}")
+        return self._update(
+            job,
+            slot,
+            token,
+            lambda r, now: attrs.evolve(r, status=status, finished_at=now, error=error),
+        )
+
+    async def release(self, job: str, slot: int, token: str) -> bool:
+        return self._update(job, slot, token, lambda r, now: attrs.evolve(r, lease_until=now - 1))
+
+    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+        with self._ns.lock:
+            runs = self._job(job).runs
+            return [runs[s] for s in sorted(runs, reverse=True)[:limit]]
+
+    # -- backdoors for the conformance kit ------------------------------------------------------
+    def raw_run(self, job: str, slot: int) -> RunRecord | None:
+        with self._ns.lock:
+            return self._job(job).runs.get(slot)
+
+    def force_expire(self, job: str, slot: int) -> None:
+        with self._ns.lock:
+            state = self._job(job)
+            run = state.runs[slot]
+            state.runs[slot] = attrs.evolve(run, lease_until=self.clock() - 1)
+
+    def floor(self, job: str) -> int | None:
+        with self._ns.lock:
+            return self._job(job).floor

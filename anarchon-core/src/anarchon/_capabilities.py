@@ -1,0 +1,30 @@
+"""What a backend can do; the runtime and the conformance kit follow these flags."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["Capabilities"]
+
+
+@attrs.frozen(kw_only=True)
+class Capabilities:
+    """The documented abilities of a store, computed from its options."""
+
+    leases: bool
+    """Runs hold renewable leases; a crashed winner is taken over (L1-L11)."""
+    self_recognition: bool
+    """A resent claim with the same token is recognised as won (C2); without it, `unknown` (C3)."""
+    fencing: bool
+    """renew / finish / release compare tokens, so a taken-over runner is fenced out (L7-L9)."""
+    overlap: bool
+    """The store can refuse a slot while another run of the job holds a lease (overlap `skip`)."""
+    history: bool
+    """`history(job, limit)` returns past runs."""
+    store_clock: bool
+    """`now_ms()` reads the store's own clock (T1); otherwise lateness uses the instance clock (T4)."""
+    batch: bool = False
+    """The store implements `SupportsClaimMany`: many jobs of one slot in one round trip."""
+    remembers_ms: int | None = None
+    """How long the store knows a run after its slot; None means it never forgets one it could
+    still be asked about (lease backends keep a floor below which every slot is late, L11)."""

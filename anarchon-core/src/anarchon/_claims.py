@@ -1,0 +1,134 @@
+"""The values a claim is made of: the request, the answer, and the outcomes (DESIGN section 3)."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+
+import attrs
+
+from ._errors import ConfigError
+from ._names import check_name
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "Claim",
+    "ClaimRequest",
+    "Outcome",
+    "Overlap",
+    "fencing_token",
+    "new_token",
+]
+
+MAX_ATTEMPTS = 999
+"""Attempts per run are bounded so that a fencing token fits in a signed 64-bit integer (F2)."""
+
+
+class Outcome(str, enum.Enum):
+    """What a claim decided for the instance that sent it."""
+
+    WON = "won"
+    """The instance holds the run and runs the job (attempt > 1: a takeover)."""
+    RUNNING = "running"
+    """Another instance holds a live lease; the caller becomes a backup (L10)."""
+    DONE = "done"
+    """The run is over: succeeded, failed or interrupted."""
+    LATE = "late"
+    """No run exists and the slot can no longer be claimed; `Claim.reason` says why."""
+    OVERLAP = "overlap"
+    """Another run of the job holds a live lease and overlap is `skip`."""
+    LOST = "lost"
+    """(Backends without leases) another token won the run."""
+    UNKNOWN = "unknown"
+    """The store may have taken the claim and cannot tell (C3): treated as lost."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Overlap(str, enum.Enum):
+    """Whether a new slot may start while an earlier run of the same job still holds a lease."""
+
+    SKIP = "skip"
+    ALLOW = "allow"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def new_token() -> str:
+    """Return a fresh claim token: 128 random bits as 32 lowercase hex characters."""
+    return secrets.token_hex(16)
+
+
+def fencing_token(slot: int, attempt: int) -> int:
+    """The F2 fencing token of a run attempt: grows strictly with (slot, attempt) for a job."""
+    return slot * (MAX_ATTEMPTS + 1) + attempt
+
+
+def _check_job(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    check_name(value, what="job name")
+
+
+def _check_token(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or len(value) != 32 or value.strip("0123456789abcdef"):
+        raise ConfigError(
+            f"token must be 32 lowercase hex characters (use anarchon.new_token()), got {value!r}"
+        )
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{attribute.name} must be an int >= 0, got {value!r}")
+
+
+def _check_attempts(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise ConfigError(f"attempts must be an int from 1 to {MAX_ATTEMPTS}, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ClaimRequest:
+    """One instance's request to run `job` at `slot`.
+
+    The token is new for every claim attempt and never reused, except that a claim which failed on a
+    transport error is resent with the same token (C2).
+    """
+
+    job: str = attrs.field(validator=_check_job)
+    slot: int = attrs.field(validator=_non_negative)
+    """Fire instant of the schedule, epoch milliseconds UTC."""
+    token: str = attrs.field(factory=new_token, validator=_check_token)
+    instance: str
+    """Who is asking; recorded as the holder and shown in history."""
+    lease_ms: int = attrs.field(default=60_000, validator=_positive)
+    max_late_ms: int = attrs.field(default=60_000, validator=_non_negative)
+    overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=Overlap)
+    attempts: int = attrs.field(default=3, validator=_check_attempts)
+
+
+@attrs.frozen(kw_only=True)
+class Claim:
+    """The store's answer to a `ClaimRequest`."""
+
+    outcome: Outcome
+    attempt: int = 0
+    """The run's attempt number (1, then +1 per takeover); 0 when no run exists."""
+    token: str | None = None
+    """The token holding (or that last held) the run, when the store knows it."""
+    holder: str | None = None
+    """The instance holding (or that last held) the run, when the store knows it."""
+    lease_until: int | None = None
+    """End of the current lease, epoch ms by the store's clock; None without leases."""
+    reason: str = ""
+    """Why, in words, for `late`, `overlap`, `done` and `unknown`."""
+
+    @property
+    def won(self) -> bool:
+        """True only for `Outcome.WON`."""
+        return self.outcome is Outcome.WON

@@ -1,0 +1,121 @@
+"""The lease rules L1-L11 as pure functions over one run's state.
+
+Stores that decide in Python (memory, SQLite) call these inside their atomic step, so the rules
+are written once; stores that decide inside the server (Lua, SQL) implement the same table and are
+checked against `memory://` by the conformance kit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from ._claims import Claim, ClaimRequest, Outcome, Overlap
+from ._runs import RunRecord, RunStatus
+
+__all__ = ["decide_claim", "keep_until", "late_reason"]
+
+
+def keep_until(request: ClaimRequest, margin_ms: int) -> int:
+    """L11: the run may be deleted after this instant (store clock, epoch ms)."""
+    return request.slot + request.max_late_ms + request.attempts * request.lease_ms + margin_ms
+
+
+def late_reason(request: ClaimRequest, now: int, floor: int | None) -> str | None:
+    """L1: why a slot with no run can no longer be claimed, or None if it can."""
+    if floor is not None and request.slot <= floor:
+        return (
+            f"forgotten: slot {request.slot} is at or below the oldest slot this store still "
+            f"remembers for job {request.job!r} ({floor}); the run may have happened and was deleted"
+        )
+    age = now - request.slot
+    if age > request.max_late_ms:
+        return f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms"
+    return None
+
+
+def decide_claim(
+    run: RunRecord | None,
+    request: ClaimRequest,
+    now: int,
+    *,
+    floor: int | None,
+    other_live: Callable[[], bool],
+) -> tuple[Claim, RunRecord | None]:
+    """Apply L1-L6 to `run` (None: no run). Returns the answer and the state to write (None: no
+    write). `other_live()` tells whether another slot of the job holds a lease at `now`."""
+    if run is None:
+        reason = late_reason(request, now, floor)
+        if reason is not None:
+            return Claim(outcome=Outcome.LATE, reason=reason), None
+        if request.overlap is Overlap.SKIP and other_live():
+            return Claim(
+                outcome=Outcome.OVERLAP,
+                reason="another run of this job holds a live lease and overlap is 'skip'",
+            ), None
+        new = RunRecord(
+            job=request.job,
+            slot=request.slot,
+            status=RunStatus.RUNNING,
+            attempt=1,
+            token=request.token,
+            holder=request.instance,
+            claimed_at=now,
+            lease_until=now + request.lease_ms,
+        )
+        return _won(new), new
+    if run.status.finished:  # L6
+        return Claim(
+            outcome=Outcome.DONE,
+            attempt=run.attempt,
+            token=run.token,
+            holder=run.holder,
+            lease_until=run.lease_until,
+            reason=f"run {run.status}",
+        ), None
+    if run.token == request.token:  # L2
+        return _won(run), None
+    lease_until = run.lease_until if run.lease_until is not None else now
+    if lease_until >= now:  # L3
+        return Claim(
+            outcome=Outcome.RUNNING,
+            attempt=run.attempt,
+            token=run.token,
+            holder=run.holder,
+            lease_until=run.lease_until,
+        ), None
+    if run.attempt < request.attempts:  # L4
+        taken = attrs.evolve(
+            run,
+            attempt=run.attempt + 1,
+            token=request.token,
+            holder=request.instance,
+            claimed_at=now,
+            lease_until=now + request.lease_ms,
+        )
+        return _won(taken), taken
+    interrupted = attrs.evolve(  # L5
+        run,
+        status=RunStatus.INTERRUPTED,
+        finished_at=now,
+        error=f"lease of attempt {run.attempt} ran out with no attempts left",
+    )
+    return Claim(
+        outcome=Outcome.DONE,
+        attempt=run.attempt,
+        token=run.token,
+        holder=run.holder,
+        lease_until=run.lease_until,
+        reason="run interrupted: the last attempt's lease ran out",
+    ), interrupted
+
+
+def _won(run: RunRecord) -> Claim:
+    return Claim(
+        outcome=Outcome.WON,
+        attempt=run.attempt,
+        token=run.token,
+        holder=run.holder,
+        lease_until=run.lease_until,
+    )

@@ -1,0 +1,141 @@
+"""The backend contract: what every claim store does, with the rules it must keep.
+
+Rule numbers (C1-C4, L1-L11, T1-T4) refer to the design document and the docs' "Leases" and
+"Timing and clocks" pages. A backend is certified by the `anarchon-conformance` kit, which checks
+these rules against the real store.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+
+from typing_extensions import Self
+
+from ._capabilities import Capabilities
+from ._claims import Claim, ClaimRequest
+from ._runs import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from ._options import StoreOptions
+
+__all__ = ["ClaimStore", "LeaseStore", "SupportsClaimMany"]
+
+
+class ClaimStore(abc.ABC):
+    """A store that decides, in one atomic step, which instance wins each run.
+
+    Every implementation keeps:
+
+    * **C1 single winner**: for each (job, slot, attempt) at most one `claim` returns `won`, whatever
+      the number of concurrent callers, connections and processes.
+    * **C2 idempotent per token**: resending a request with the same token returns `won` again while
+      that token holds the run (`done` once it finished). Stores that cannot recognise their own
+      claim say so in `Capabilities.self_recognition` and keep C3 instead.
+    * **C3 fail closed**: an ambiguous answer is never `won`; it is `unknown`.
+    * **C4 liveness**: a claim for a slot that is not late and has no run is `won` (unless the
+      overlap rule refuses it).
+    * **T3**: a run is remembered for at least `capabilities.remembers_ms` after its slot.
+
+    Subclasses are constructed by `anarchon.connect(url, **options)` as ``cls(url, options)``; they
+    declare their options as an attrs class in `Options` (a subclass of `StoreOptions`).
+    """
+
+    Options: ClassVar[type[StoreOptions]]
+    """The attrs class of this backend's options; URL query parameters are structured into it."""
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this store can do with its current options."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect, and create the schema, streams or queues idempotently.
+
+        Safe when many instances open the same empty store at once. Raises `StoreUnavailable` when the
+        store cannot be reached, `StoreCorrupt` when it holds foreign data where ours should be.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
+
+    @abc.abstractmethod
+    async def claim(self, request: ClaimRequest) -> Claim:
+        """Decide `request` in one atomic step of the store (C1-C4; on lease stores L1-L6).
+
+        Raises `StoreUnavailable` on transport errors: the caller may resend the same request (C2).
+        """
+
+    @abc.abstractmethod
+    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+        """The job's most recent runs, newest slot first, at most `limit`."""
+
+    @abc.abstractmethod
+    async def now_ms(self) -> int | None:
+        """The store's clock in epoch ms (T1), or None when the store has no clock of its own."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class LeaseStore(ClaimStore):
+    """A claim store whose runs hold leases, so a crashed winner is taken over (DESIGN section 5).
+
+    A run is ``running(attempt, token, holder, lease_until)`` or finished (``succeeded``,
+    ``failed``, ``interrupted``). ``now`` is the store's clock read inside the atomic step (T1).
+    `claim` keeps:
+
+    * **L1** no run: if ``now - slot > max_late_ms`` or the slot is at or below the job's forgotten
+      floor (L11): `late`, nothing written. Else if overlap is `skip` and another slot of the job is
+      running with ``lease_until >= now``: `overlap`, nothing written. Else write running, attempt 1,
+      the caller's token, ``lease_until = now + lease_ms``: `won` (attempt 1).
+    * **L2** running with the same token: `won` (same attempt); nothing changes.
+    * **L3** running, another token, ``lease_until >= now``: `running`.
+    * **L4** running, ``lease_until < now``, ``attempt < attempts``: takeover, attempt + 1, the
+      caller's token, a new lease: `won`. Lateness does not apply to a takeover.
+    * **L5** running, lease ran out, no attempts left: mark `interrupted`, answer `done`.
+    * **L6** finished (any status, any token): `done`.
+    * **L11** a run is kept at least until ``slot + max_late_ms + attempts * lease_ms`` plus a margin;
+      the newest slot ever deleted is kept as the job's floor so a forgotten run is never won again.
+    """
+
+    @abc.abstractmethod
+    async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
+        """**L7**: only while running with `token`, set ``lease_until = now + lease_ms``; else False."""
+
+    @abc.abstractmethod
+    async def finish(
+        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+    ) -> bool:
+        """**L8**: only while running with `token`, record the final status; else False (fenced)."""
+
+    @abc.abstractmethod
+    async def release(self, job: str, slot: int, token: str) -> bool:
+        """**L9**: only while running with `token`, end the lease now so a backup takes over at once."""
+
+    @abc.abstractmethod
+    async def check(self, request: ClaimRequest) -> Claim:
+        """**L10**: a backup's poll. One plain read first: finished is `done`, a live lease is
+        `running`, with no write lock taken. Only a run whose lease ran out (or a missing run) goes
+        through the `claim` step (L4, L5, L1)."""
+
+
+@runtime_checkable
+class SupportsClaimMany(Protocol):
+    """Optional: claim many jobs of one slot in one round trip."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """Decide each request as `claim` would, in order; the answers are in the same order."""
+        ...
