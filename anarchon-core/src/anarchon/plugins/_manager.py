@@ -116,7 +116,7 @@ class PluginManager:
         for impl in hook.get_hookimpls():
             try:
                 impl.function(**{k: kwargs[k] for k in impl.argnames})
-            except Exception:  # noqa: BLE001 - an observer never breaks the scheduler
+            except Exception:
                 log.exception(
                     "anarchon plugin %r raised in %s; ignored",
                     impl.plugin_name,

@@ -1,0 +1,1 @@
+"""anarchon-sqlite: the embedded SQLite backend."""

@@ -1,0 +1,1 @@
+"""anarchon-conformance: the certification kit for anarchon backends."""
