@@ -21,8 +21,12 @@ from ._connect import connect, create_store
 from ._durations import to_ms
 from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable
 from ._names import check_name
+from ._once import once
 from ._options import DurationMs, StoreOptions
+from ._run import Run
 from ._runs import RunRecord, RunStatus
+from ._schedule import Schedule
+from ._scheduler import Scheduler
 from ._urls import StoreURL, redact
 from .abc import ClaimStore, LeaseStore, SupportsClaimMany
 from .plugins import hookimpl
@@ -43,8 +47,11 @@ __all__ = [
     "MemoryStore",
     "Outcome",
     "Overlap",
+    "Run",
     "RunRecord",
     "RunStatus",
+    "Schedule",
+    "Scheduler",
     "StoreCorrupt",
     "StoreOptions",
     "StoreURL",
@@ -57,6 +64,7 @@ __all__ = [
     "fencing_token",
     "hookimpl",
     "new_token",
+    "once",
     "redact",
     "to_ms",
 ]

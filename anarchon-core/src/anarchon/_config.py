@@ -1,0 +1,114 @@
+"""Settings from code, TOML (``[tool.anarchon]`` in pyproject.toml, or anarchon.toml) and
+``ANARCHON_*`` environment variables. Code wins over the environment, which wins over files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._durations import to_ms
+from ._errors import ConfigError
+from ._names import check_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["DEFAULT_STORE", "Settings", "load_settings"]
+
+DEFAULT_STORE = "sqlite:///anarchon.db"
+ENV_PREFIX = "ANARCHON_"
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """Scheduler settings; every one can come from code, the environment or a file."""
+
+    store: str = DEFAULT_STORE
+    instance: str | None = None
+    prefix: str | None = None
+    grace_ms: int = 30_000
+    """On shutdown, how long running jobs may finish before their leases are released."""
+    clock_skew_ms: int = 1_000
+    """Clock skew the memory rule (T3) allows for between instances and the store."""
+    start_timeout_ms: int = 10_000
+    """How long `start()` retries a store that does not answer before giving up."""
+    claim_timeout_ms: int = 10_000
+    """A store call that takes longer is treated as a transport error and resent (same token)."""
+
+
+_DURATIONS = {
+    "grace": "grace_ms",
+    "clock_skew": "clock_skew_ms",
+    "start_timeout": "start_timeout_ms",
+    "claim_timeout": "claim_timeout_ms",
+}
+_NAMES = ("store", "instance", "prefix", *_DURATIONS)
+
+
+def _find_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
+    for folder in (start, *start.parents):
+        for name in ("anarchon.toml", "pyproject.toml"):
+            path = folder / name
+            if not path.is_file():
+                continue
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"cannot read {path}: {exc}") from None
+            if name == "anarchon.toml":
+                return path, data
+            section = data.get("tool", {}).get("anarchon")
+            if section is not None:
+                return path, section
+    return None
+
+
+def load_settings(
+    code: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """Merge the three sources; an unknown key or bad value is a `ConfigError` naming its source."""
+    merged: dict[str, tuple[Any, str]] = {}
+    found = _find_file(cwd or Path.cwd())
+    if found is not None:
+        path, data = found
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: [tool.anarchon] must be a table")
+        for key, value in data.items():
+            if key == "jobs":
+                continue
+            merged[key] = (value, str(path))
+    env = os.environ if environ is None else environ
+    for key in _NAMES:
+        name = ENV_PREFIX + key.upper()
+        if name in env:
+            merged[key] = (env[name], f"environment variable {name}")
+    for key, value in (code or {}).items():
+        if value is not None:
+            merged[key] = (value, "code")
+    values: dict[str, Any] = {}
+    for key, (value, source) in merged.items():
+        if key not in _NAMES:
+            raise ConfigError(
+                f"unknown setting {key!r} in {source}; valid settings: {', '.join(sorted(_NAMES))}"
+            )
+        if key in _DURATIONS:
+            values[_DURATIONS[key]] = to_ms(value, what=f"{key} (from {source})")
+        elif key == "prefix":
+            values[key] = check_name(value, what=f"prefix (from {source})")
+        else:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"{key} (from {source}) must be a non-empty string, got {value!r}"
+                )
+            values[key] = value
+    return Settings(**values)

@@ -1,0 +1,202 @@
+"""`anarchon.once()`: the claim alone, for applications that keep their own scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import ParamSpec, TypeVar
+
+from ._claiming import Claimer, StoreHealth
+from ._claims import ClaimRequest, Overlap
+from ._clock import SystemClock
+from ._connect import create_store
+from ._durations import DurationLike, to_ms
+from ._errors import ConfigError
+from ._jobs import DEFAULT_LEASE_MS, JobSpec
+from ._names import check_name
+from ._run import Run
+from ._runner import Execution
+from ._scheduler import default_instance_id
+from .abc import ClaimStore
+from .plugins import plugin_manager
+
+__all__ = ["once"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Once:
+    """Returned by `once()`: an async context manager and a decorator."""
+
+    def __init__(
+        self,
+        store: str | ClaimStore,
+        job: str,
+        slot: int | None,
+        *,
+        every: DurationLike,
+        instance: str | None,
+        lease: DurationLike | None,
+        max_late: DurationLike | None,
+        attempts: int,
+    ) -> None:
+        self.store = store
+        self.job = check_name(job)
+        if slot is not None and (isinstance(slot, bool) or not isinstance(slot, int) or slot < 0):
+            raise ConfigError(f"slot must be epoch milliseconds (an int >= 0), got {slot!r}")
+        self.slot = slot
+        self.every_ms = to_ms(every, what="every")
+        self.instance = instance or default_instance_id()
+        self.lease_ms = to_ms(lease, what="lease") if lease is not None else DEFAULT_LEASE_MS
+        self.max_late_ms = (
+            to_ms(max_late, what="max_late", allow_zero=True) if max_late is not None else 60_000
+        )
+        self.attempts = attempts
+        self._context: AbstractAsyncContextManager[Run | None] | None = None
+
+    def _slot(self) -> int:
+        if self.slot is not None:
+            return self.slot
+        now = time.time_ns() // 1_000_000
+        return now - now % self.every_ms
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[Run | None]:
+        owns = isinstance(self.store, str)
+        store = create_store(self.store) if isinstance(self.store, str) else self.store
+        if owns:
+            await store.open()
+        try:
+            events = plugin_manager()
+            health = StoreHealth(str(getattr(store, "url", type(store).__name__)), events)
+            claimer = Claimer(health=health, events=events, now_ms=SystemClock().wall_ms)
+            request = ClaimRequest(
+                job=self.job,
+                slot=self._slot(),
+                instance=self.instance,
+                lease_ms=self.lease_ms,
+                max_late_ms=self.max_late_ms,
+                overlap=Overlap.ALLOW,
+                attempts=self.attempts,
+            )
+            sent_at = time.monotonic()
+            claim = await claimer.claim(store.claim, request)
+            if not claim.won:
+                yield None
+                return
+            body_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            outcome: dict[str, BaseException] = {}
+
+            async def wait_for_body(run: Run) -> None:
+                await body_done
+                if "error" in outcome:
+                    raise outcome["error"]
+
+            spec = JobSpec(
+                name=self.job,
+                schedule=None,
+                func=wait_for_body,
+                is_async=True,
+                takes_run=True,
+                lease_ms=self.lease_ms,
+                heartbeat_ms=max(self.lease_ms // 3, 10),
+                max_late_ms=self.max_late_ms,
+                overlap=Overlap.ALLOW,
+                attempts=self.attempts,
+            )
+            execution = Execution(
+                spec=spec,
+                body=wait_for_body,
+                store=store,
+                attempt=claim.attempt,
+                slot=request.slot,
+                token=request.token,
+                sent_at=sent_at,
+                instance=self.instance,
+                health=health,
+                events=events,
+            )
+            task = asyncio.create_task(execution())
+            try:
+                yield execution.run
+            except BaseException as exc:
+                outcome["error"] = exc
+                body_done.set_result(None)
+                await task
+                raise
+            body_done.set_result(None)
+            await task
+        finally:
+            if owns:
+                await store.close()
+
+    async def __aenter__(self) -> Run | None:
+        if self._context is not None:
+            raise RuntimeError("once(...) is entered once; call once() again for another block")
+        self._context = self._run()
+        return await self._context.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        assert self._context is not None
+        return await self._context.__aexit__(*exc)
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | None]]:
+        settings: dict[str, Any] = {
+            "store": self.store,
+            "job": self.job,
+            "slot": self.slot,
+            "every": self.every_ms,
+            "instance": self.instance,
+            "lease": self.lease_ms,
+            "max_late": self.max_late_ms,
+            "attempts": self.attempts,
+        }
+
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            async with _Once(**settings) as run:
+                if run is None:
+                    return None
+                return await func(*args, **kwargs)
+
+        return wrapper
+
+
+def once(
+    store: str | ClaimStore,
+    job: str,
+    slot: int | None = None,
+    *,
+    every: DurationLike = "1m",
+    instance: str | None = None,
+    lease: DurationLike | None = None,
+    max_late: DurationLike | None = None,
+    attempts: int = 1,
+) -> _Once:
+    """Run a block (or a decorated async function) on one instance only, for this slot.
+
+    ``slot`` defaults to now rounded down to `every` (one minute), so cron on every host, or
+    APScheduler on every replica, runs the body once per minute in the whole cluster::
+
+        async with anarchon.once(store, "nightly-report") as run:
+            if run:  # None unless this instance won
+                await build_report(run.fencing_token)
+
+    On lease stores the winner heartbeats while the body runs, and the run is finished as
+    succeeded or failed (with the exception text) when it ends; `run.fenced` tells whether the
+    lease was lost. As a decorator, the function returns None on instances that did not win.
+    """
+    return _Once(
+        store,
+        job,
+        slot,
+        every=every,
+        instance=instance,
+        lease=lease,
+        max_late=max_late,
+        attempts=attempts,
+    )

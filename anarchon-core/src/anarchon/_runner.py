@@ -1,0 +1,236 @@
+"""Executing a won run: heartbeats, self-fencing on the monotonic clock (F1), finish, release."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ._claiming import TRANSPORT_ERRORS, StoreHealth
+from ._jobs import JobSpec
+from ._run import Run
+from ._runs import RunStatus
+from .abc import ClaimStore, LeaseStore
+from .plugins import PluginManager
+
+__all__ = ["Execution", "fence_margin_s"]
+
+log = logging.getLogger("anarchon.run")
+
+MAX_ERROR_CHARS = 4000
+
+
+def fence_margin_s(lease_ms: int) -> float:
+    """How long before the local lease deadline a runner fences itself (F1): a tenth of the lease,
+    between 20 ms and 2 s, covering event-loop delays and the store's processing time."""
+    return min(max(lease_ms / 10_000, 0.02), 2.0)
+
+
+def _run_in_thread(name: str, func: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
+    """Run a sync job in its own daemon thread (never on the loop, never starving a pool)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def resolve(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def target() -> None:
+        try:
+            result = func(run)
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop, never lost
+            loop.call_soon_threadsafe(resolve, False, exc)
+        else:
+            loop.call_soon_threadsafe(resolve, True, result)
+
+    threading.Thread(target=target, name=f"anarchon-job-{name}", daemon=True).start()
+    return future
+
+
+class Execution:
+    """One run this instance won, from start to finish."""
+
+    def __init__(
+        self,
+        *,
+        spec: JobSpec,
+        body: Callable[[Run], Any],
+        store: ClaimStore,
+        attempt: int,
+        slot: int,
+        token: str,
+        sent_at: float,
+        instance: str,
+        health: StoreHealth,
+        events: PluginManager,
+    ) -> None:
+        self.spec = spec
+        self.body = body
+        self.store = store if isinstance(store, LeaseStore) else None
+        self.instance = instance
+        self.health = health
+        self.events = events
+        self.margin = fence_margin_s(spec.lease_ms)
+        deadline = sent_at + spec.lease_ms / 1000 - self.margin if self.store else None
+        self.run = Run(job=spec.name, slot=slot, attempt=attempt, token=token, deadline=deadline)
+        self._job: asyncio.Future[Any] | None = None
+        self._abandoned = False
+        self.done = asyncio.Event()
+
+    async def __call__(self) -> None:
+        spec, run = self.spec, self.run
+        started = time.monotonic()
+        self.events.run_started(
+            job=run.job, slot=run.slot, attempt=run.attempt, instance=self.instance, token=run.token
+        )
+        log.info(
+            "run %s@%s attempt %s started",
+            run.job,
+            run.slot,
+            run.attempt,
+            extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+        )
+        if spec.is_async:
+            self._job = asyncio.ensure_future(self.body(run))
+        else:
+            self._job = _run_in_thread(spec.name, self.body, run)
+        heartbeat = asyncio.create_task(self._heartbeat()) if self.store else None
+        status, error = RunStatus.SUCCEEDED, None
+        try:
+            await asyncio.shield(self._job)
+        except asyncio.CancelledError:
+            if not self._job.cancelled():
+                raise  # the scheduler itself is being cancelled
+            status, error = RunStatus.FAILED, f"cancelled: {run.fence_reason or 'shutdown'}"
+        except BaseException as exc:
+            status = RunStatus.FAILED
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            error = error[:MAX_ERROR_CHARS]
+            log.error(
+                "run %s@%s attempt %s failed: %s",
+                run.job,
+                run.slot,
+                run.attempt,
+                error,
+                exc_info=exc,
+                extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+            )
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+        recorded = await self._finish(status, error) if not self._abandoned else False
+        duration_ms = (time.monotonic() - started) * 1000
+        if self.store and not recorded and not self._abandoned:
+            self._fenced("the store refused the finish: another instance holds the run")
+            log.warning(
+                "run %s@%s attempt %s finished %s but was fenced; its result is not recorded",
+                run.job,
+                run.slot,
+                run.attempt,
+                status,
+                extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+            )
+        self.events.run_finished(
+            job=run.job,
+            slot=run.slot,
+            attempt=run.attempt,
+            instance=self.instance,
+            status=status,
+            error=error,
+            duration_ms=duration_ms,
+            recorded=recorded or self.store is None,
+        )
+        self.done.set()
+
+    async def _finish(self, status: RunStatus, error: str | None) -> bool:
+        if self.store is None:
+            return True
+        store, run = self.store, self.run
+        while True:
+            try:
+                recorded = await store.finish(run.job, run.slot, run.token, status, error)
+            except TRANSPORT_ERRORS as exc:
+                self.health.failed("finish", exc)
+                if run.fenced:
+                    return False
+                await asyncio.sleep(0.1)
+            else:
+                self.health.ok()
+                return recorded
+
+    async def _heartbeat(self) -> None:
+        """Renew every heartbeat; fence before the store could grant the next attempt (F1)."""
+        assert self.store is not None
+        store, run, spec = self.store, self.run, self.spec
+        interval = spec.heartbeat_ms / 1000
+        next_renew = time.monotonic() + interval
+        while True:
+            deadline = run._deadline
+            assert deadline is not None
+            now = time.monotonic()
+            if now >= deadline:
+                self._fenced("no renew succeeded before the local lease deadline")
+                return
+            await asyncio.sleep(max(0.0, min(next_renew, deadline) - now))
+            if time.monotonic() >= deadline:
+                continue
+            sent = time.monotonic()
+            try:
+                renewed = await asyncio.wait_for(
+                    store.renew(run.job, run.slot, run.token, spec.lease_ms),
+                    max(0.001, deadline - sent),
+                )
+            except TRANSPORT_ERRORS as exc:
+                self.health.failed("renew", exc)
+                next_renew = time.monotonic() + min(interval, 0.25)
+                continue
+            self.health.ok()
+            if not renewed:
+                self._fenced("the store refused the renew: another instance took the run over")
+                return
+            run._extend(sent + spec.lease_ms / 1000 - self.margin)
+            next_renew = sent + interval
+
+    def _fenced(self, reason: str) -> None:
+        run = self.run
+        if not run._fence(reason):
+            return
+        log.warning(
+            "run %s@%s attempt %s fenced: %s",
+            run.job,
+            run.slot,
+            run.attempt,
+            reason,
+            extra={"job": run.job, "slot": run.slot, "attempt": run.attempt, "reason": reason},
+        )
+        self.events.run_fenced(
+            job=run.job, slot=run.slot, attempt=run.attempt, instance=self.instance, reason=reason
+        )
+        if self._job is not None and self.spec.is_async:
+            self._job.cancel()
+
+    async def abandon(self) -> None:
+        """Shutdown past the grace period: release the lease (L9) so a backup takes over at once,
+        then fence and cancel the job."""
+        self._abandoned = True
+        run = self.run
+        if self.store is not None:
+            try:
+                await asyncio.wait_for(self.store.release(run.job, run.slot, run.token), 5)
+            except (*TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
+                log.warning(
+                    "could not release %s@%s on shutdown (%s); a backup takes over when the lease "
+                    "runs out",
+                    run.job,
+                    run.slot,
+                    exc,
+                )
+        self._fenced("this instance is shutting down; the lease was released")

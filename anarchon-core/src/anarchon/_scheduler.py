@@ -1,0 +1,442 @@
+"""`Scheduler`: every instance schedules every job; the store decides who runs each slot."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from typing_extensions import Self
+
+from ._claiming import Claimer, StoreHealth
+from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
+from ._clock import LocalClock, StoreClock, SystemClock
+from ._config import Settings, load_settings
+from ._connect import create_store
+from ._durations import DurationLike
+from ._errors import ConfigError, StoreUnavailable
+from ._jobs import JobSpec, call_job, make_job
+from ._runner import Execution
+from .abc import ClaimStore, LeaseStore, SupportsClaimMany
+from .plugins import PluginManager, plugin_manager
+
+__all__ = ["Scheduler", "default_instance_id"]
+
+log = logging.getLogger("anarchon.scheduler")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_SLEEP_S = 1.0
+"""The dispatcher never sleeps longer than this, so a wall-clock jump is seen within a second (T5)."""
+CLOCK_REFRESH_S = 60.0
+
+
+def default_instance_id() -> str:
+    """``host:pid:xxxx``: readable in history, unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+class Scheduler:
+    """Schedules jobs on every instance; one atomic claim per (job, slot) picks the single runner.
+
+    >>> scheduler = Scheduler("sqlite:///anarchon.db")
+    >>> @scheduler.job("*/5 * * * *")
+    ... def report() -> None: ...
+
+    `run()` blocks until SIGINT/SIGTERM; async applications use ``async with scheduler:`` (which
+    starts and stops it) or ``await scheduler.serve()``.
+    """
+
+    def __init__(
+        self,
+        store: str | ClaimStore | None = None,
+        *,
+        instance: str | None = None,
+        prefix: str | None = None,
+        grace: DurationLike | None = None,
+        clock_skew: DurationLike | None = None,
+        start_timeout: DurationLike | None = None,
+        claim_timeout: DurationLike | None = None,
+        clock: LocalClock | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        settings = load_settings(
+            {
+                "store": store if isinstance(store, str) else None,
+                "instance": instance,
+                "prefix": prefix,
+                "grace": grace,
+                "clock_skew": clock_skew,
+                "start_timeout": start_timeout,
+                "claim_timeout": claim_timeout,
+            },
+            environ=environ,
+        )
+        self.settings: Settings = settings
+        self.instance = settings.instance or default_instance_id()
+        if isinstance(store, ClaimStore):
+            if (
+                prefix is not None
+                and getattr(getattr(store, "options", None), "prefix", prefix) != prefix
+            ):
+                raise ConfigError(
+                    "prefix is set both on the store and on the Scheduler, differently; set it once"
+                )
+            self.store = store
+            self._owns_store = False
+        else:
+            options = {"prefix": settings.prefix} if settings.prefix else {}
+            self.store = create_store(settings.store, **options)
+            self._owns_store = True
+        self.store_name = str(getattr(self.store, "url", type(self.store).__name__))
+        self.clock = clock or SystemClock()
+        self.jobs: dict[str, JobSpec] = {}
+        self.events: PluginManager = plugin_manager()
+        self.health = StoreHealth(self.store_name, self.events)
+        self.store_clock = StoreClock(self.clock, self.store.now_ms)
+        self.claimer = Claimer(
+            health=self.health,
+            events=self.events,
+            now_ms=self.store_clock.now_ms,
+            timeout_s=settings.claim_timeout_ms / 1000,
+        )
+        self.executions: set[Execution] = set()
+        self.last_claims: dict[str, tuple[int, Claim]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._started = False
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def job(
+        self,
+        cron: str,
+        *,
+        name: str | None = None,
+        tz: str = "UTC",
+        lease: DurationLike | None = None,
+        max_late: DurationLike | None = None,
+        overlap: str | Overlap | None = None,
+        attempts: int = 3,
+        heartbeat: DurationLike | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: run the function at each slot of `cron` (5 fields, or 6 with seconds first)
+        in zone `tz`, on exactly one instance.
+
+        lease: how long a winner holds the run without renewing (default 60 s); heartbeat: how
+        often it renews (default lease / 3); max_late: how long after its slot a run may still
+        start (default the job's interval, at most 60 s); overlap: ``"skip"`` a slot while an
+        earlier run still holds a lease (default where the store supports it) or ``"allow"``;
+        attempts: how many instances may try a run in turn after crashes (default 3).
+        """
+
+        def register(func: F) -> F:
+            self.add_job(
+                func,
+                cron,
+                name=name,
+                tz=tz,
+                lease=lease,
+                max_late=max_late,
+                overlap=overlap,
+                attempts=attempts,
+                heartbeat=heartbeat,
+            )
+            return func
+
+        return register
+
+    def add_job(self, func: Callable[..., Any], cron: str, **settings: Any) -> JobSpec:
+        """Like `job`, without the decorator; returns the validated job."""
+        spec = make_job(
+            func,
+            cron=cron,
+            **{
+                "name": None,
+                "tz": "UTC",
+                "lease": None,
+                "max_late": None,
+                "overlap": None,
+                "attempts": 3,
+                "heartbeat": None,
+                **settings,
+            },
+        )
+        if spec.name in self.jobs:
+            raise ConfigError(f"job {spec.name!r} is defined twice; give one of them name=...")
+        if self._started:
+            raise ConfigError(f"job {spec.name!r}: add jobs before the scheduler starts")
+        self.jobs[spec.name] = spec
+        return spec
+
+    def _check_job(self, spec: JobSpec) -> JobSpec:
+        """T3 and the overlap rule, against the store's capabilities (at start)."""
+        caps = self.store.capabilities
+        where = f"job {spec.name!r}"
+        if spec.overlap is Overlap.SKIP and not caps.overlap:
+            raise ConfigError(
+                f"{where}: overlap='skip' needs a store with leases; {self.store_name} has none. "
+                "Use overlap='allow', or a lease store (sqlite, postgresql, redis strategy=lease)"
+            )
+        if caps.remembers_ms is not None:
+            needed = spec.max_late_ms + self.settings.clock_skew_ms
+            if caps.leases:
+                needed += spec.attempts * spec.lease_ms
+            if needed > caps.remembers_ms:
+                safe = caps.remembers_ms - self.settings.clock_skew_ms
+                if caps.leases:
+                    safe -= spec.attempts * spec.lease_ms
+                raise ConfigError(
+                    f"{where}: max_late ({spec.max_late_ms} ms) plus clock_skew "
+                    f"({self.settings.clock_skew_ms} ms) is longer than {self.store_name} remembers "
+                    f"a run ({caps.remembers_ms} ms), so a late instance could run a forgotten slot "
+                    f"again (rule T3). Set max_late to at most {max(safe, 0)} ms, or make the store "
+                    f"remember at least {needed} ms"
+                )
+        if spec.overlap is None:
+            return _with_overlap(spec, Overlap.SKIP if caps.overlap else Overlap.ALLOW)
+        return spec
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the store (retrying up to `start_timeout`), check every job, begin dispatching."""
+        if self._started:
+            return
+        self.jobs = {name: self._check_job(spec) for name, spec in self.jobs.items()}
+        await self._open_store()
+        await self.store_clock.measure()
+        self._started = True
+        self._stop = asyncio.Event()
+        self.claimer.stopping = asyncio.Event()
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="anarchon-dispatcher")
+        log.info(
+            "scheduler %s started with %d job(s) on %s (store clock offset %+d ms)",
+            self.instance,
+            len(self.jobs),
+            self.store_name,
+            self.store_clock.offset_ms,
+            extra={"instance": self.instance, "store": self.store_name},
+        )
+
+    async def _open_store(self) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_ms / 1000
+        delay = 0.1
+        while True:
+            try:
+                await self.store.open()
+                return
+            except StoreUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise StoreUnavailable(
+                        f"store {self.store_name} did not answer within "
+                        f"{self.settings.start_timeout_ms} ms: {exc}. Check that it runs and the URL "
+                        "is right, or raise start_timeout"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def stop(self) -> None:
+        """Stop claiming; let running jobs finish within the grace period; release the leases of
+        those still running (L9), so backups take over at once; close the store."""
+        if not self._started:
+            return
+        self._started = False
+        self._stop.set()
+        self.claimer.stopping.set()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+        pending = [e.done.wait() for e in self.executions]
+        if pending:
+            log.info(
+                "waiting up to %d ms for %d running job(s)", self.settings.grace_ms, len(pending)
+            )
+            await asyncio.wait(
+                [asyncio.ensure_future(p) for p in pending], timeout=self.settings.grace_ms / 1000
+            )
+            for execution in [e for e in self.executions if not e.done.is_set()]:
+                await execution.abandon()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._dispatcher is not None:
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        if self._owns_store:
+            await self.store.close()
+        log.info("scheduler %s stopped", self.instance, extra={"instance": self.instance})
+
+    async def serve(self) -> None:
+        """Start, and run until cancelled (then stop gracefully)."""
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await asyncio.shield(self.stop())
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def run(self) -> None:
+        """Block until SIGINT or SIGTERM, then stop gracefully."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.request_stop)
+            await self.serve()
+
+        asyncio.run(main())
+
+    def request_stop(self) -> None:
+        """Ask `serve()` / `run()` to stop gracefully (thread-unsafe; call on the loop)."""
+        self._stop.set()
+
+    # -- dispatching ----------------------------------------------------------------------------
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self) -> None:
+        """One timer for all jobs: sleep on the monotonic clock until the earliest slot is reached
+        by the store-corrected clock (T2), never earlier; slots are fired in order per job, so a
+        backward jump of the wall clock never fires one twice (T5)."""
+        now = self.store_clock.now_ms()
+        schedules = {name: spec.schedule for name, spec in self.jobs.items() if spec.schedule}
+        # T6: slots within max_late before now are claimed at start.
+        heap = [
+            (schedules[spec.name].next_slot(now - spec.max_late_ms - 1), spec.name)
+            for spec in self.jobs.values()
+        ]
+        heapq.heapify(heap)
+        next_refresh = time.monotonic() + CLOCK_REFRESH_S
+        while heap:
+            if time.monotonic() >= next_refresh:
+                self._spawn(self.store_clock.measure(), "anarchon-clock")
+                next_refresh = time.monotonic() + CLOCK_REFRESH_S
+            slot = heap[0][0]
+            wait_ms = slot - self.store_clock.now_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(min(wait_ms / 1000, MAX_SLEEP_S))
+                continue
+            due: list[JobSpec] = []
+            while heap and heap[0][0] == slot:
+                _, name = heapq.heappop(heap)
+                spec = self.jobs[name]
+                due.append(spec)
+                heapq.heappush(heap, (schedules[name].next_slot(slot), name))
+            now = self.store_clock.now_ms()
+            fresh = [s for s in due if now - slot <= s.max_late_ms + self.settings.clock_skew_ms]
+            for spec in due:
+                if spec not in fresh:
+                    log.info(
+                        "slot %s of job %s skipped: %d ms late (max_late %d ms)",
+                        slot,
+                        spec.name,
+                        now - slot,
+                        spec.max_late_ms,
+                        extra={"job": spec.name, "slot": slot, "outcome": "late"},
+                    )
+            if fresh:
+                self._spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
+
+    def _request(self, spec: JobSpec, slot: int, token: str | None = None) -> ClaimRequest:
+        return ClaimRequest(
+            job=spec.name,
+            slot=slot,
+            token=token or new_token(),
+            instance=self.instance,
+            lease_ms=spec.lease_ms,
+            max_late_ms=spec.max_late_ms,
+            overlap=spec.overlap or Overlap.ALLOW,
+            attempts=spec.attempts,
+        )
+
+    async def _claim_slot(self, specs: Sequence[JobSpec], slot: int) -> None:
+        requests = [self._request(spec, slot) for spec in specs]
+        sent_at = time.monotonic()
+        store = self.store
+        if len(requests) > 1 and isinstance(store, SupportsClaimMany):
+            claims = await self.claimer.claim_many(store.claim_many, requests)
+        else:
+            claims = list(
+                await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
+            )
+        for spec, request, claim in zip(specs, requests, claims, strict=True):
+            self.last_claims[spec.name] = (slot, claim)
+            if claim.won:
+                await self._execute(spec, request, claim, sent_at)
+            elif claim.outcome is Outcome.RUNNING and isinstance(store, LeaseStore):
+                self._spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+
+    async def _execute(
+        self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
+    ) -> None:
+        execution = Execution(
+            spec=spec,
+            body=lambda run: call_job(spec, run),
+            store=self.store,
+            attempt=claim.attempt,
+            slot=request.slot,
+            token=request.token,
+            sent_at=sent_at,
+            instance=self.instance,
+            health=self.health,
+            events=self.events,
+        )
+        self.executions.add(execution)
+        task = asyncio.create_task(execution(), name=f"anarchon-run-{spec.name}-{request.slot}")
+        self._tasks.add(task)
+
+        def finished(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            self.executions.discard(execution)
+
+        task.add_done_callback(finished)
+
+    async def _backup(self, spec: JobSpec, slot: int) -> None:
+        """L10: check every heartbeat until the run is done or this instance wins a takeover."""
+        store = self.store
+        assert isinstance(store, LeaseStore)
+        request = self._request(spec, slot)
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), spec.heartbeat_ms / 1000)
+                return
+            except asyncio.TimeoutError:
+                pass
+            sent_at = time.monotonic()
+            claim = await self.claimer.call(
+                "check", lambda: store.check(request), give_up=lambda: False
+            )
+            if claim is None:
+                return
+            if claim.won:
+                self.last_claims[spec.name] = (slot, claim)
+                self.claimer._decided(request, claim, time.perf_counter())
+                await self._execute(spec, request, claim, sent_at)
+                return
+            if claim.outcome is not Outcome.RUNNING:
+                return
+
+
+def _with_overlap(spec: JobSpec, overlap: Overlap) -> JobSpec:
+    import attrs
+
+    return attrs.evolve(spec, overlap=overlap)

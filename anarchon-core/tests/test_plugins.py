@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint
+
+import pytest
+
+import anarchon
+from anarchon import ClaimRequest, ConfigError, Outcome, hookimpl
+from anarchon.plugins import BackendRegistry, PluginManager, plugin_manager, reset_plugin_manager
+
+
+@pytest.fixture(autouse=True)
+def fresh_manager() -> Iterator[None]:
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def test_memory_is_always_installed() -> None:
+    schemes = [b.scheme for b in plugin_manager().backends()]
+    assert "memory" in schemes
+
+
+def test_sqlite_found_through_its_entry_point() -> None:
+    info = plugin_manager().backend("sqlite")
+    assert info.target == "anarchon_sqlite._store:SQLiteStore"
+    assert info.plugin == "sqlite"
+
+
+def test_unknown_scheme_lists_installed_ones() -> None:
+    with pytest.raises(ConfigError) as info:
+        anarchon.create_store("mongodb://localhost/x")
+    message = str(info.value)
+    assert "no backend for URL scheme 'mongodb'" in message
+    assert "memory://" in message
+    assert "sqlite://" in message
+    assert "pip install anarchon-mongodb" in message
+
+
+def test_disabled_plugins_are_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANARCHON_DISABLED_PLUGINS", "sqlite, other")
+    manager = PluginManager()
+    assert "sqlite" not in manager.plugin_names()
+    with pytest.raises(ConfigError, match="disabled by ANARCHON_DISABLED_PLUGINS"):
+        manager.backend("sqlite")
+
+
+def test_a_plugin_that_fails_to_import_is_skipped_and_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = EntryPoint(name="broken", value="no_such_module_xyz", group="anarchon")
+    import anarchon.plugins._manager as manager_module
+
+    real = manager_module.entry_points
+
+    def fake_entry_points(*, group: str) -> list[EntryPoint]:
+        return [*real(group=group), broken]
+
+    monkeypatch.setattr(manager_module, "entry_points", fake_entry_points)
+    manager = PluginManager()
+    assert "broken" in manager.failed
+    assert "sqlite" in manager.plugin_names()
+    assert "plugin 'broken'" in caplog.text
+    with pytest.raises(ConfigError, match="plugin 'broken' failed to load"):
+        manager.backend("broken")
+
+
+class ExtraBackend:
+    @hookimpl
+    def anarchon_register_backends(self, registry: BackendRegistry) -> None:
+        registry.add("extra", "anarchon._backends.memory:MemoryStore", "memory again")
+
+
+def test_registered_in_code_and_imported_lazily() -> None:
+    manager = plugin_manager()
+    manager.register(ExtraBackend(), name="extra")
+    assert manager.backend("extra").load() is anarchon.MemoryStore
+
+
+@pytest.mark.parametrize(
+    ("scheme", "target", "message"),
+    [
+        ("Bad Scheme", "a:B", "invalid URL scheme"),
+        ("ok", "not-a-target", "must look like 'package.module:ClassName'"),
+        ("memory", "other.module:Store", "claimed by two plugins"),
+    ],
+)
+def test_registry_refuses_bad_registrations(scheme: str, target: str, message: str) -> None:
+    class Bad:
+        @hookimpl
+        def anarchon_register_backends(self, registry: BackendRegistry) -> None:
+            registry.add(scheme, target)
+
+    manager = plugin_manager()
+    manager.register(Bad(), name="bad")
+    with pytest.raises(ConfigError, match=message):
+        manager.backends()
+
+
+def test_target_that_is_not_a_store() -> None:
+    class NotAStore:
+        @hookimpl
+        def anarchon_register_backends(self, registry: BackendRegistry) -> None:
+            registry.add("odd", "anarchon._claims:Claim")
+
+    plugin_manager().register(NotAStore(), name="odd")
+    with pytest.raises(ConfigError, match="is not a ClaimStore subclass"):
+        anarchon.create_store("odd://x")
+
+
+def test_an_observer_that_raises_never_stops_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[Outcome] = []
+
+    class Raises:
+        @hookimpl
+        def anarchon_claim_decided(self) -> None:
+            raise RuntimeError("observer bug")
+
+    class Records:
+        @hookimpl
+        def anarchon_claim_decided(self, claim: anarchon.Claim) -> None:
+            seen.append(claim.outcome)
+
+    manager = plugin_manager()
+    manager.register(Raises(), name="raises")
+    manager.register(Records(), name="records")
+    with caplog.at_level(logging.ERROR):
+        manager.claim_decided(
+            store="memory://",
+            request=ClaimRequest(job="j", slot=0, instance="i"),
+            claim=anarchon.Claim(outcome=Outcome.WON, attempt=1),
+            latency_ms=0.1,
+        )
+    assert seen == [Outcome.WON]
+    assert "plugin 'raises' raised in anarchon_claim_decided" in caplog.text
+
+
+def test_every_hook_spec_has_a_docstring_and_the_prefix() -> None:
+    from anarchon.plugins import spec
+
+    hooks = [name for name in dir(spec) if name.startswith("anarchon_")]
+    assert len(hooks) == 6
+    for name in hooks:
+        assert getattr(spec, name).__doc__, name
