@@ -7,7 +7,8 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import ParamSpec, TypeVar
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
 
 from ._claiming import Claimer, StoreHealth
 from ._claims import ClaimRequest, Overlap
@@ -140,9 +141,14 @@ class _Once:
         self._context = self._run()
         return await self._context.__aenter__()
 
-    async def __aexit__(self, *exc: object) -> bool | None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         assert self._context is not None
-        return await self._context.__aexit__(*exc)
+        return await self._context.__aexit__(exc_type, exc, tb)
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | None]]:
         settings: dict[str, Any] = {
