@@ -50,7 +50,7 @@ class StoreHealth:
     def ok(self) -> None:
         self.last_ok = time.monotonic()
         if self.down_since is not None:
-            log.warning(
+            log.info(
                 "store %s is reachable again after %.1f s",
                 self.store_name,
                 self.last_ok - self.down_since,

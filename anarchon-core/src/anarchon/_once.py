@@ -53,9 +53,10 @@ class _Once:
         self.every_ms = to_ms(every, what="every")
         self.instance = instance or default_instance_id()
         self.lease_ms = to_ms(lease, what="lease") if lease is not None else DEFAULT_LEASE_MS
-        self.max_late_ms = (
-            to_ms(max_late, what="max_late", allow_zero=True) if max_late is not None else 60_000
-        )
+        if max_late is not None:
+            self.max_late_ms = to_ms(max_late, what="max_late", allow_zero=True)
+        else:  # a period's slot may be claimed all through the period
+            self.max_late_ms = self.every_ms if slot is None else 60_000
         self.attempts = attempts
         self._context: AbstractAsyncContextManager[Run | None] | None = None
 
@@ -186,7 +187,9 @@ def once(
     """Run a block (or a decorated async function) on one instance only, for this slot.
 
     ``slot`` defaults to now rounded down to `every` (one minute), so cron on every host, or
-    APScheduler on every replica, runs the body once per minute in the whole cluster::
+    APScheduler on every replica, runs the body once per minute in the whole cluster; such a slot
+    may be claimed all through its period (`max_late` defaults to `every`, or to 60 s when a slot
+    is given)::
 
         async with anarchon.once(store, "nightly-report") as run:
             if run:  # None unless this instance won
