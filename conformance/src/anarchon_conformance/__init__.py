@@ -1,1 +1,91 @@
-"""anarchon-conformance: the certification kit for anarchon backends."""
+"""anarchon-conformance: the certification kit for anarchon backends.
+
+A backend author implements one `BackendHarness` and writes::
+
+    from anarchon_conformance import ConformanceSuite
+
+    class TestMyConformance(ConformanceSuite):
+        harness_class = MyHarness
+
+pytest then prints a certificate: each rule passed, failed or not applicable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._harness import DEFAULT_PREFIX, BackendHarness
+    from ._rules import RULES, Rule, rule
+    from .certificate import Certificate, RuleStatus
+    from .proxy import FaultProxy
+    from .suites import (
+        ConformanceSuite,
+        FencingTests,
+        IdempotenceTests,
+        IsolationTests,
+        LeaseTests,
+        MemoryRuleTests,
+        ReconnectTests,
+        SingleWinnerTests,
+        StatefulTests,
+    )
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "RULES",
+    "BackendHarness",
+    "Certificate",
+    "ConformanceSuite",
+    "FaultProxy",
+    "FencingTests",
+    "IdempotenceTests",
+    "IsolationTests",
+    "LeaseTests",
+    "MemoryRuleTests",
+    "ReconnectTests",
+    "Rule",
+    "RuleStatus",
+    "SingleWinnerTests",
+    "StatefulTests",
+    "__version__",
+    "rule",
+]
+
+_LAZY = {
+    "DEFAULT_PREFIX": "._harness",
+    "BackendHarness": "._harness",
+    "RULES": "._rules",
+    "Rule": "._rules",
+    "rule": "._rules",
+    "Certificate": ".certificate",
+    "RuleStatus": ".certificate",
+    "FaultProxy": ".proxy",
+    **dict.fromkeys(
+        [
+            "ConformanceSuite",
+            "FencingTests",
+            "IdempotenceTests",
+            "IsolationTests",
+            "LeaseTests",
+            "MemoryRuleTests",
+            "ReconnectTests",
+            "SingleWinnerTests",
+            "StatefulTests",
+        ],
+        ".suites",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The suites, the proxy and the certificate are imported on first use (the pytest plugin
+    loads this package in every session and must stay light)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anarchon_conformance' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
