@@ -127,11 +127,12 @@ def takeover(tmp: Path, rounds: int) -> dict[str, float]:
         procs = start(sub, "long", 2)
         runs = sub / "long-runs.db"
         try:
-            wait(lambda: bool(rows(runs)), 30)
+            wait(lambda runs=runs: bool(rows(runs)), 30)
             slot, _, winner, _ = rows(runs)[0]
             killed = time.time()
             os.kill(winner, signal.SIGKILL)
-            wait(lambda: bool(rows(runs, f"slot = {slot} AND attempt = 2")), 30)
+            done = f"slot = {slot} AND attempt = 2"
+            wait(lambda runs=runs, done=done: bool(rows(runs, done)), 30)
             times.append((rows(runs, f"slot = {slot} AND attempt = 2")[0][3] - killed) * 1000)
         finally:
             stop(procs)

@@ -68,7 +68,9 @@ class Collector:
             records = self.records(suite)
             if not records:
                 continue
-            name, server = self.backends.get(suite, (self.fallback_names.get(suite, "?"), "unknown"))
+            name, server = self.backends.get(
+                suite, (self.fallback_names.get(suite, "?"), "unknown")
+            )
             certificates.append(
                 build_certificate(
                     backend=name,
@@ -128,7 +130,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return
         suite = item.parent.nodeid
         found.rules[item.nodeid] = (suite, tuple(marker.args))
-        harness_class = getattr(item.cls, "harness_class", None)
+        harness_class = getattr(getattr(item, "cls", None), "harness_class", None)
         if harness_class is not None:
             found.fallback_names.setdefault(suite, harness_class.__name__)
 
@@ -167,7 +169,9 @@ def pytest_terminal_summary(
             terminalreporter.write_line(f"written: {', '.join(str(p) for p in written)}")
 
 
-def write_certificate(certificate: Certificate, directory: Path, stem: str | None = None) -> list[Path]:
+def write_certificate(
+    certificate: Certificate, directory: Path, stem: str | None = None
+) -> list[Path]:
     """Write `certificate` as ``<stem>.md`` and ``<stem>.json`` in `directory` (default stem:
     the backend name and the suite class)."""
     directory.mkdir(parents=True, exist_ok=True)

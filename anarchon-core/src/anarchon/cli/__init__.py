@@ -53,12 +53,23 @@ _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))
 class CliError(click.ClickException):
     """An error shown as one line, ``anarchon: error: <message>``, with its own exit code."""
 
+    def __new__(cls, message: str, exit_code: int = EXIT_CONFIG) -> CliError:
+        # click declares exit_code on the class: one subclass per code keeps that contract.
+        kind = _KINDS.get(exit_code)
+        if kind is None:
+            kind = _KINDS[exit_code] = type(
+                f"CliError{exit_code}", (cls,), {"exit_code": exit_code}
+            )
+        return super().__new__(kind)
+
     def __init__(self, message: str, exit_code: int = EXIT_CONFIG) -> None:
         super().__init__(redact(message))
-        self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
         click.echo(f"anarchon: error: {self.format_message()}", err=True)
+
+
+_KINDS: dict[int, type[CliError]] = {}
 
 
 @attrs.define
@@ -131,7 +142,7 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("anarchon: interrupted", err=True)
             ctx.exit(130)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every error becomes one line and an exit code
             _fail(ctx, exc)
 
 
