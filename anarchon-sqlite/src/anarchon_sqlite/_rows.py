@@ -1,0 +1,115 @@
+"""Runs as rows: the statements the store issues, and reading a row back into a `RunRecord`.
+
+Nothing read from the file is trusted: a row with a value anarchon never writes (an unknown
+status, text where a number belongs) is `StoreCorrupt` naming the job and slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anarchon import RunRecord, RunStatus, StoreCorrupt
+
+from ._schema import JOBS, RUNS
+
+__all__ = [
+    "COUNT_RUNS",
+    "DELETE_UP_TO",
+    "INSERT_RUN",
+    "OLDEST_RUNS",
+    "OTHER_LIVE",
+    "RAISE_FLOOR",
+    "RUN_COLUMNS",
+    "SELECT_FLOOR",
+    "SELECT_FOR_CLAIM",
+    "SELECT_HISTORY",
+    "SELECT_RUN",
+    "UPDATE_RUN",
+    "run_from_row",
+]
+
+RUN_COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"
+
+SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM {RUNS} WHERE prefix = ? AND job = ? AND slot = ?"
+SELECT_FLOOR = f"SELECT floor FROM {JOBS} WHERE prefix = ? AND job = ?"
+SELECT_FOR_CLAIM = (
+    "SELECT "
+    + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+    + f", (SELECT floor FROM {JOBS} WHERE prefix = ?1 AND job = ?2)"
+    f", (SELECT keep_until < ?4 AND NOT (status = 'running' AND lease_until >= ?4) FROM {RUNS}"
+    "    WHERE prefix = ?1 AND job = ?2 ORDER BY slot LIMIT 1)"
+    f" FROM (SELECT 1) LEFT JOIN {RUNS} AS r ON r.prefix = ?1 AND r.job = ?2 AND r.slot = ?3"
+)
+"""Everything a claim reads, in one statement: the run (all NULL when there is none), the job's
+floor (L11), and whether the job's oldest run could be forgotten at ``now`` (?4)."""
+SELECT_HISTORY = (
+    f"SELECT {RUN_COLUMNS} FROM {RUNS} WHERE prefix = ? AND job = ? ORDER BY slot DESC LIMIT ?"
+)
+OTHER_LIVE = (
+    f"SELECT 1 FROM {RUNS} WHERE prefix = ? AND job = ? AND status = 'running' "
+    "AND lease_until >= ? AND slot != ? LIMIT 1"
+)
+INSERT_RUN = (
+    f"INSERT INTO {RUNS} (prefix, job, {RUN_COLUMNS}, keep_until) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+UPDATE_RUN = (
+    f"UPDATE {RUNS} SET status = ?, attempt = ?, token = ?, holder = ?, claimed_at = ?, "
+    "lease_until = ?, finished_at = ?, error = ? WHERE prefix = ? AND job = ? AND slot = ?"
+)
+COUNT_RUNS = f"SELECT count(*) FROM (SELECT 1 FROM {RUNS} WHERE prefix = ? AND job = ? LIMIT ?)"
+"""A job's runs, counted up to the bound given as the third parameter."""
+OLDEST_RUNS = (
+    f"SELECT slot, status, lease_until, keep_until FROM {RUNS} WHERE prefix = ? AND job = ? "
+    "ORDER BY slot LIMIT ?"
+)
+DELETE_UP_TO = f"DELETE FROM {RUNS} WHERE prefix = ? AND job = ? AND slot <= ?"
+RAISE_FLOOR = (
+    f"INSERT INTO {JOBS} (prefix, job, floor) VALUES (?, ?, ?) "
+    "ON CONFLICT (prefix, job) DO UPDATE SET floor = max(floor, excluded.floor)"
+)
+
+
+def _int(value: Any, *, optional: bool) -> bool:
+    return (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
+    """Read a row selected with `RUN_COLUMNS`; `where` names the file for the error message."""
+    slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error = row
+    name = f"run of job {job!r} at slot {slot!r} in {where}"
+    try:
+        parsed = RunStatus(status)
+    except ValueError:
+        raise StoreCorrupt(
+            f"{name} has status {status!r}, which anarchon never writes (expected one of "
+            + ", ".join(s.value for s in RunStatus)
+            + "); remove or repair the row"
+        ) from None
+    if not (_int(slot, optional=False) and _int(attempt, optional=False) and attempt >= 1):
+        raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= 1")
+    for field, value in (
+        ("claimed_at", claimed_at),
+        ("lease_until", lease_until),
+        ("finished_at", finished_at),
+    ):
+        if not _int(value, optional=True):
+            raise StoreCorrupt(f"{name} has {field} {value!r}; expected epoch milliseconds")
+    if not isinstance(token, str) or not isinstance(holder, str):
+        raise StoreCorrupt(f"{name} has token {token!r} and holder {holder!r}; expected text")
+    if error is not None and not isinstance(error, str):
+        raise StoreCorrupt(f"{name} has error {error!r}; expected text")
+    if parsed is RunStatus.RUNNING and lease_until is None:
+        raise StoreCorrupt(f"{name} is running with no lease_until")
+    return RunRecord(
+        job=job,
+        slot=slot,
+        status=parsed,
+        attempt=attempt,
+        token=token,
+        holder=holder,
+        claimed_at=claimed_at,
+        lease_until=lease_until,
+        finished_at=finished_at,
+        error=error,
+    )

@@ -1,0 +1,161 @@
+"""The tables anarchon keeps in a SQLite file, created once and checked on every open.
+
+Every deployment (prefix) shares the same three tables; the prefix is the first column of every
+key, so prefixes never see each other's rows. Creation runs inside ``BEGIN IMMEDIATE``, so many
+processes opening one new file at once create it exactly once. A file whose tables exist but do
+not look like ours is never touched: opening it raises `StoreCorrupt`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from anarchon import StoreCorrupt
+
+__all__ = ["JOBS", "RUNS", "SCHEMA", "SCHEMA_VERSION", "check_schema", "ensure_schema"]
+
+SCHEMA = "anarchon_schema"
+RUNS = "anarchon_runs"
+JOBS = "anarchon_jobs"
+SCHEMA_VERSION = 1
+COMPONENT = "sqlite"
+
+# name -> (columns in order, primary key columns)
+_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    SCHEMA: (("component", "version"), ("component",)),
+    RUNS: (
+        (
+            "prefix",
+            "job",
+            "slot",
+            "status",
+            "attempt",
+            "token",
+            "holder",
+            "claimed_at",
+            "lease_until",
+            "finished_at",
+            "error",
+            "keep_until",
+        ),
+        ("prefix", "job", "slot"),
+    ),
+    JOBS: (("prefix", "job", "floor"), ("prefix", "job")),
+}
+
+_CREATE = (
+    f"""CREATE TABLE {SCHEMA} (
+        component TEXT NOT NULL PRIMARY KEY,
+        version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    f"""CREATE TABLE {RUNS} (
+        prefix TEXT NOT NULL,
+        job TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        token TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        claimed_at INTEGER,
+        lease_until INTEGER,
+        finished_at INTEGER,
+        error TEXT,
+        keep_until INTEGER NOT NULL,
+        PRIMARY KEY (prefix, job, slot)
+    ) WITHOUT ROWID""",
+    # L1 overlap: "another slot of the job running with lease_until >= now" is one index seek.
+    f"""CREATE INDEX {RUNS}_live ON {RUNS} (prefix, job, lease_until)
+        WHERE status = 'running'""",
+    f"""CREATE TABLE {JOBS} (
+        prefix TEXT NOT NULL,
+        job TEXT NOT NULL,
+        floor INTEGER NOT NULL,
+        PRIMARY KEY (prefix, job)
+    ) WITHOUT ROWID""",
+    f"INSERT INTO {SCHEMA} (component, version) VALUES ('{COMPONENT}', {SCHEMA_VERSION})",
+)
+
+
+def _existing(conn: sqlite3.Connection) -> dict[str, str]:
+    names = tuple(_TABLES)
+    rows = conn.execute(
+        "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?)", names
+    ).fetchall()
+    return {str(name): str(kind) for name, kind in rows}
+
+
+def check_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Before anything is written to the file (even the switch to WAL): if any of our tables
+    exists, check them all, so a foreign or tampered file is refused untouched."""
+    if _existing(conn):
+        _verify(conn, path)
+
+
+def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Create the tables in a new file, or check that an existing file holds ours, unchanged.
+
+    `conn` is in autocommit mode (``isolation_level=None``). Raises `StoreCorrupt` naming the table
+    and what is wrong; nothing is written to a file that already has any of the tables.
+    """
+    if len(_existing(conn)) == len(_TABLES):  # the usual case: a plain read, no write lock
+        _verify(conn, path)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = _existing(conn)
+        if not found:
+            for statement in _CREATE:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if found:
+        _verify(conn, path)
+
+
+def _verify(conn: sqlite3.Connection, path: str) -> None:
+    found = _existing(conn)
+    fix = "it was not written by this anarchon-sqlite; point the URL at a new file"
+    for table, kind in found.items():  # tables that exist first: a foreign one is named as such
+        columns, key = _TABLES[table]
+        where = f"table {table} in SQLite database {path}"
+        if kind != "table":
+            raise StoreCorrupt(f"{where} is a {kind}, not a table; {fix}")
+        info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+        have = tuple(str(row[1]) for row in info)
+        missing = [c for c in columns if c not in have]
+        extra = [c for c in have if c not in columns]
+        if missing or extra:
+            problems = []
+            if missing:
+                problems.append("missing column(s) " + ", ".join(missing))
+            if extra:
+                problems.append("unknown column(s) " + ", ".join(extra))
+            raise StoreCorrupt(f"{where} has {' and '.join(problems)}; {fix}")
+        have_key = tuple(str(row[1]) for row in sorted(info, key=lambda r: int(r[5])) if row[5])
+        if have_key != key:
+            raise StoreCorrupt(
+                f"{where} has primary key ({', '.join(have_key)}), expected "
+                f"({', '.join(key)}); {fix}"
+            )
+    for table in _TABLES:
+        if table not in found:
+            raise StoreCorrupt(
+                f"table {table} in SQLite database {path} is missing while other anarchon "
+                f"tables exist; {fix}"
+            )
+    rows = conn.execute(f"SELECT component, version FROM {SCHEMA}").fetchall()
+    versions = dict(rows)
+    version = versions.get(COMPONENT)
+    if version != SCHEMA_VERSION:
+        shown = "no row" if version is None else f"version {version!r}"
+        hint = (
+            "upgrade anarchon-sqlite to a release that knows it"
+            if isinstance(version, int) and version > SCHEMA_VERSION
+            else "point the URL at a new file"
+        )
+        raise StoreCorrupt(
+            f"table {SCHEMA} in SQLite database {path} has {shown} for component "
+            f"{COMPONENT!r}; this anarchon-sqlite reads version {SCHEMA_VERSION}: {hint}"
+        )

@@ -1,0 +1,201 @@
+"""The store's atomic steps, run on the worker thread against one sqlite3 connection.
+
+A claim is one ``BEGIN IMMEDIATE`` transaction: SQLite lets one writer in at a time for the whole
+file, so everything read after BEGIN IMMEDIATE is current until COMMIT, and the L1-L6 decision
+(`anarchon._leases.decide_claim`, shared with `memory://`) is one indivisible step (C1). The win
+path is four statements: BEGIN IMMEDIATE, SELECT the run, INSERT it, COMMIT (plus one SELECT of
+the floor, and one index seek for retention).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
+from anarchon._leases import decide_claim, keep_until
+
+from . import _rows as sql
+from ._schema import RUNS
+
+__all__ = ["Steps"]
+
+SWEEP_MAX_ROWS = 100
+"""L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
+
+Clock = Callable[[], int]
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+@attrs.frozen
+class Steps:
+    """The SQL side of one store: its file (for messages), prefix, clock and retention settings."""
+
+    path: str
+    prefix: str
+    clock: Clock
+    history_limit: int
+    retention_margin_ms: int
+
+    # -- claims (L1-L6, L10, L11) ------------------------------------------------------------
+    def claim(self, conn: sqlite3.Connection, request: ClaimRequest) -> Claim:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            claim = self._decide(conn, request, self.clock())  # now: read under the lock (T1)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return claim
+
+    def claim_many(self, conn: sqlite3.Connection, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            now = self.clock()
+            claims = [self._decide(conn, r, now) for r in requests]
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return claims
+
+    def check(self, conn: sqlite3.Connection, request: ClaimRequest) -> Claim:
+        """L10: a plain read (no transaction, so no write lock); the claim step only when the
+        run is missing or its lease ran out."""
+        row = conn.execute(sql.SELECT_RUN, (self.prefix, request.job, request.slot)).fetchone()
+        if row is not None:
+            now = self.clock()
+            run = sql.run_from_row(row, request.job, self.path)
+            if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
+                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
+                return claim
+        return self.claim(conn, request)
+
+    def _decide(self, conn: sqlite3.Connection, request: ClaimRequest, now: int) -> Claim:
+        key = (self.prefix, request.job, request.slot)
+        row = conn.execute(sql.SELECT_FOR_CLAIM, (*key, now)).fetchone()
+        run = None if row[0] is None else sql.run_from_row(row[:9], request.job, self.path)
+        floor = None if run is not None else self._floor(row[9], request.job)
+
+        def other_live() -> bool:
+            found = conn.execute(
+                sql.OTHER_LIVE, (self.prefix, request.job, now, request.slot)
+            ).fetchone()
+            return found is not None
+
+        claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
+        if write is None:
+            return claim
+        if run is None:
+            keep = keep_until(request, self.retention_margin_ms)
+            conn.execute(sql.INSERT_RUN, (self.prefix, request.job, *_values(write), keep))
+            if row[10]:  # the oldest run could go: L11 retention may have work to do
+                self._sweep(conn, request.job, now)
+        else:
+            conn.execute(sql.UPDATE_RUN, (*_values(write)[1:], *key))
+        return claim
+
+    def _floor(self, floor: object, job: str) -> int | None:
+        if floor is None:
+            return None
+        if not isinstance(floor, int) or isinstance(floor, bool):
+            raise StoreCorrupt(
+                f"floor of job {job!r} (prefix {self.prefix!r}) in {self.path} is {floor!r}; "
+                "expected a slot in epoch milliseconds"
+            )
+        return floor
+
+    def _sweep(self, conn: sqlite3.Connection, job: str, now: int) -> None:
+        """L11, as `memory://` does it: beyond the newest `history_limit` runs, delete the oldest
+        runs while they are past `keep_until` and hold no live lease; raise the job's floor.
+
+        Called only when the job's oldest run could go (the claim's SELECT tells, for one index
+        seek), so a job whose oldest run is still kept pays nothing more; the runs are then
+        counted, up to a bound."""
+        count = conn.execute(
+            sql.COUNT_RUNS, (self.prefix, job, self.history_limit + SWEEP_MAX_ROWS)
+        ).fetchone()[0]
+        excess = min(int(count) - self.history_limit, SWEEP_MAX_ROWS)
+        if excess <= 0:
+            return
+        last = None
+        for row in conn.execute(sql.OLDEST_RUNS, (self.prefix, job, excess)).fetchall():
+            if not _forgettable(row, now):
+                break
+            last = row[0]
+        if last is not None:
+            conn.execute(sql.DELETE_UP_TO, (self.prefix, job, last))
+            conn.execute(sql.RAISE_FLOOR, (self.prefix, job, last))
+
+    # -- the lease holder's writes (L7-L9): one UPDATE each, token and status compared -------
+    def renew(
+        self, conn: sqlite3.Connection, job: str, slot: int, token: str, lease_ms: int
+    ) -> bool:
+        return self._update(conn, "lease_until = ?", (self.clock() + lease_ms,), job, slot, token)
+
+    def finish(
+        self,
+        conn: sqlite3.Connection,
+        job: str,
+        slot: int,
+        token: str,
+        status: RunStatus,
+        error: str | None,
+    ) -> bool:
+        return self._update(
+            conn,
+            "status = ?, finished_at = ?, error = ?",
+            (status.value, self.clock(), error),
+            job,
+            slot,
+            token,
+        )
+
+    def release(self, conn: sqlite3.Connection, job: str, slot: int, token: str) -> bool:
+        return self._update(conn, "lease_until = ?", (self.clock() - 1,), job, slot, token)
+
+    def _update(
+        self,
+        conn: sqlite3.Connection,
+        assignments: str,
+        values: tuple[object, ...],
+        job: str,
+        slot: int,
+        token: str,
+    ) -> bool:
+        cursor = conn.execute(
+            f"UPDATE {RUNS} SET {assignments} WHERE prefix = ? AND job = ? AND slot = ? "
+            "AND token = ? AND status = 'running'",
+            (*values, self.prefix, job, slot, token),
+        )
+        return cursor.rowcount == 1
+
+    def history(self, conn: sqlite3.Connection, job: str, limit: int) -> list[RunRecord]:
+        rows = conn.execute(sql.SELECT_HISTORY, (self.prefix, job, limit)).fetchall()
+        return [sql.run_from_row(row, job, self.path) for row in rows]
+
+
+def _values(run: RunRecord) -> tuple[object, ...]:
+    return (
+        run.slot,
+        run.status.value,
+        run.attempt,
+        run.token,
+        run.holder,
+        run.claimed_at,
+        run.lease_until,
+        run.finished_at,
+        run.error,
+    )
+
+
+def _forgettable(row: tuple[object, ...], now: int) -> bool:
+    _, status, lease_until, keep = row
+    live = status == RunStatus.RUNNING.value and isinstance(lease_until, int) and lease_until >= now
+    return isinstance(keep, int) and keep < now and not live

@@ -1,0 +1,155 @@
+"""`sqlite:///path`: the embedded lease store. One host, one file, local file systems only."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from anarchon import (
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    ConfigError,
+    LeaseStore,
+    RunRecord,
+    RunStatus,
+    StoreOptions,
+    StoreURL,
+)
+
+from ._options import SQLiteOptions
+from ._steps import Steps
+from ._worker import Worker
+
+__all__ = ["SQLiteStore"]
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def database_path(url: StoreURL) -> str:
+    """The file named by `url`: ``sqlite:///anarchon.db`` is relative to the working directory,
+    ``sqlite:////var/lib/app/anarchon.db`` is absolute."""
+    if url.host:
+        raise ConfigError(
+            f"SQLite URL {url} names a host ({url.host!r}); SQLite files are local: write "
+            "sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    if not url.path:
+        raise ConfigError(
+            f"SQLite URL {url} names no file: write sqlite:///anarchon.db (relative) or "
+            "sqlite:////absolute/path.db"
+        )
+    if url.path == ":memory:" or url.path.startswith("file:"):
+        raise ConfigError(
+            f"SQLite URL {url}: in-memory and URI databases are refused, because each connection "
+            "gets its own and instances could not share their claims; use a file such as "
+            "sqlite:///anarchon.db"
+        )
+    return os.path.abspath(url.path)
+
+
+class SQLiteStore(LeaseStore):
+    """Lease store in a SQLite file: each claim is one ``BEGIN IMMEDIATE`` transaction (C1).
+
+    It keeps L1-L11 exactly as `memory://` does (the decision is the same function,
+    `anarchon._leases.decide_claim`), across every process of one host that opens the file.
+    The clock is this host's wall clock: every instance sharing the file runs on this host and
+    reads the same clock (T1), which is why the file must be on a local file system, never on
+    NFS or SMB, where SQLite's locks are not reliable either.
+
+    ``clock`` is for tests only: every store sharing a file must use the same clock.
+    """
+
+    Options: ClassVar[type[StoreOptions]] = SQLiteOptions
+
+    def __init__(self, url: StoreURL, options: StoreOptions, *, clock: Clock | None = None) -> None:
+        if not isinstance(options, SQLiteOptions):
+            raise TypeError(f"SQLiteStore needs SQLiteOptions, got {type(options).__name__}")
+        self.url = url
+        self.options: SQLiteOptions = options
+        self.path = database_path(url)
+        self.clock: Clock = clock or wall_clock_ms
+        self._worker = Worker(self.path, options.busy_timeout_ms)
+        self._steps = Steps(
+            path=self.path,
+            prefix=options.prefix,
+            clock=self.clock,
+            history_limit=options.history_limit,
+            retention_margin_ms=options.retention_margin_ms,
+        )
+
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike[str], *, clock: Clock | None = None, **options: object
+    ) -> SQLiteStore:
+        """Build a store for a file directly (tests, examples); open it with ``await store.open()``."""
+        from anarchon._options import structure_options
+
+        url = StoreURL.parse("sqlite:///" + os.fspath(path))
+        opts = structure_options(SQLiteOptions, options, where="sqlite://")
+        return cls(url, opts, clock=clock)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, prefix={self.options.prefix!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            leases=True,
+            self_recognition=True,
+            fencing=True,
+            overlap=True,
+            history=True,
+            store_clock=True,
+            batch=True,
+            remembers_ms=None,
+        )
+
+    async def open(self) -> None:
+        """Open the file (creating it and the tables if needed) and check its tables.
+
+        `ConfigError` when the path cannot hold a database (missing directory, not writable),
+        `StoreCorrupt` when the file is not SQLite or its anarchon tables were changed."""
+        await self._worker.start()
+
+    async def close(self) -> None:
+        await self._worker.stop()
+
+    async def now_ms(self) -> int:
+        """This host's wall clock, the clock every instance sharing the file reads (T1)."""
+        return self.clock()
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        return await self._worker.run(self._steps.claim, request)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """All requests in one transaction, decided in order at one instant of the clock."""
+        batch = list(requests)
+        return await self._worker.run(self._steps.claim_many, batch)
+
+    async def check(self, request: ClaimRequest) -> Claim:
+        return await self._worker.run(self._steps.check, request)
+
+    async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
+        return await self._worker.run(self._steps.renew, job, slot, token, lease_ms)
+
+    async def finish(
+        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+    ) -> bool:
+        if not status.finished:
+            raise ValueError(f"finish needs a final status, got {status}")
+        return await self._worker.run(self._steps.finish, job, slot, token, status, error)
+
+    async def release(self, job: str, slot: int, token: str) -> bool:
+        return await self._worker.run(self._steps.release, job, slot, token)
+
+    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
+        return await self._worker.run(self._steps.history, job, limit)

@@ -1,0 +1,122 @@
+"""One connection, one thread: every sqlite3 call of a store runs on its own worker thread.
+
+sqlite3 blocks (on disk I/O and on the busy timeout), so it never runs on the event loop. One
+thread per store also keeps the connection's single-thread rule without any locking of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from anarchon import ConfigError, StoreUnavailable
+
+from ._errors import translate
+from ._schema import check_schema, ensure_schema
+
+__all__ = ["Worker", "open_connection"]
+
+T = TypeVar("T")
+
+
+def _check_path(path: str) -> None:
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise ConfigError(
+            f"cannot create SQLite database {path}: its directory {parent} {what}; create the "
+            "directory first or choose a path in an existing one (sqlite:///relative.db, "
+            "sqlite:////absolute/path.db)"
+        )
+    if os.path.isdir(path):
+        raise ConfigError(
+            f"SQLite database path {path} is a directory; name a file inside it, for example "
+            f"sqlite:///{os.path.join(path, 'anarchon.db')}"
+        )
+
+
+def open_connection(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open `path` in autocommit mode, switch it to WAL, and create or check the schema."""
+    _check_path(path)
+    try:
+        conn = sqlite3.connect(
+            path,
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves (DESIGN 4, SQLite)
+        )
+    except sqlite3.Error as exc:
+        raise translate(exc, path, busy_timeout_ms=busy_timeout_ms) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        check_schema(conn, path)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise ConfigError(
+                f"SQLite database {path} cannot use write-ahead logging (journal mode stays "
+                f"{mode!r}); put the file on a local file system"
+            )
+        conn.execute("PRAGMA synchronous = NORMAL")
+        ensure_schema(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, path, busy_timeout_ms=busy_timeout_ms) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Worker:
+    """The store's connection and the single thread that uses it."""
+
+    def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    async def start(self) -> None:
+        if self._executor is not None:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
+        try:
+            future = executor.submit(open_connection, self.path, self.busy_timeout_ms)
+            self._conn = await asyncio.wrap_future(future)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        self._executor = executor
+
+    async def stop(self) -> None:
+        executor, conn = self._executor, self._conn
+        self._executor = self._conn = None
+        if executor is None:
+            return
+        if conn is not None:
+            await asyncio.wrap_future(executor.submit(conn.close))
+        executor.shutdown(wait=False)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(connection, *args)`` on the worker thread; sqlite3 errors become anarchon
+        errors."""
+        executor, conn = self._executor, self._conn
+        if executor is None or conn is None:
+            raise StoreUnavailable(
+                f"SQLite store {self.path} is not open: use 'await anarchon.connect(url)' or "
+                "'await store.open()' first"
+            )
+        return await asyncio.wrap_future(executor.submit(self._call, fn, conn, *args))
+
+    def _call(self, fn: Callable[..., T], conn: sqlite3.Connection, *args: Any) -> T:
+        try:
+            return fn(conn, *args)
+        except sqlite3.Error as exc:
+            if conn.in_transaction:  # never leave the write lock held after a failure
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise translate(exc, self.path, busy_timeout_ms=self.busy_timeout_ms) from None
