@@ -1,0 +1,374 @@
+"""Schedules: the slots of a cron expression in a time zone (DESIGN.md rule T7).
+
+A slot is an ``int`` of epoch milliseconds (UTC). Expressions have 5 fields (minute hour
+day-of-month month day-of-week) or 6 with seconds first, or are one of the aliases in `ALIASES`.
+
+Daylight saving follows Vixie cron / cronie. If the hour field covers every hour (``*``, ``*/n``,
+``0-23``, ``0-23/n``, ``0/n``: one term whose range is all of 0-23) the schedule follows real
+time: it fires whenever the wall clock shows a matching time, so in both passes of a repeated hour
+and never in a skipped one. Otherwise (fixed hours) each matching wall time fires once: at its
+first occurrence if it happens twice, and at the first instant after the gap if it does not exist
+(several skipped wall times then share that one slot).
+
+Fields hold ``*`` (or ``?``), values, ranges ``a-b``, steps ``*/n``, ``a-b/n``, ``a/n`` (a to
+the end), lists, month and weekday names; day-of-week 0 and 7 are Sunday. As in Vixie cron, if
+both day fields are restricted (neither starts with ``*``) a day matching either one fires;
+otherwise a day must match both. ``L``, ``W`` and ``#`` are not supported.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import attrs
+
+from ._errors import ConfigError
+
+__all__ = ["ALIASES", "Schedule", "SlotInfo"]
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""The cron aliases anarchon accepts, and the 5-field expression each stands for."""
+
+_DAY = 86_400
+_EPOCH = date(1970, 1, 1).toordinal()
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "GMT", "Etc/GMT"})
+_FORMAT = (
+    "5 fields 'minute hour day-of-month month day-of-week' like '30 2 * * *', "
+    "or 6 with seconds first like '0 30 2 * * *'"
+)
+_MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+_WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
+# name, lowest, highest, names for values, example
+_FIELDS = {
+    "second": (0, 59, {}, "'0', '*/10' or '0,30'"),
+    "minute": (0, 59, {}, "'0', '*/15' or '5-10'"),
+    "hour": (0, 23, {}, "'*', '2' or '9-17'"),
+    "day-of-month": (1, 31, {}, "'*', '1' or '1,15'"),
+    "month": (1, 12, {n: i + 1 for i, n in enumerate(_MONTHS)}, "'*', '1-6' or 'JAN,JUL'"),
+    "day-of-week": (0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}, "'*', '1-5' or 'MON-FRI'"),
+}
+_MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _parse_field(expression: str, name: str, text: str) -> tuple[int, ...]:
+    low, high, names, example = _FIELDS[name]
+
+    def fail(problem: str) -> ConfigError:
+        return ConfigError(
+            f"cron expression {expression!r}: the {name} field {text!r} {problem}; "
+            f"{name} values are {low}-{high}, for example {example}"
+        )
+
+    def number(word: str) -> int:
+        value = names.get(word.upper()) if not word.isdigit() else int(word)
+        if value is None:
+            raise fail(f"has {word!r}, which is not a number")
+        if not low <= value <= high:
+            raise fail(f"has {value}, which is out of range")
+        return value
+
+    values: set[int] = set()
+    for term in text.split(","):
+        base, slash, step_text = term.partition("/")
+        step = 1
+        if slash:
+            if not step_text.isdigit() or int(step_text) == 0:
+                raise fail(f"has step {step_text!r}; a step is a whole number of at least 1")
+            step = int(step_text)
+        if base in ("*", "?"):
+            first, last = low, high
+        elif "-" in base:
+            start, _, end = base.partition("-")
+            first, last = number(start), number(end)
+            if first > last:
+                raise fail(f"has the range {base!r}, which runs backwards")
+        else:
+            first = number(base)
+            last = high if slash else first
+        values.update(range(first, last + 1, step))
+    if name == "day-of-week" and 7 in values:
+        values = (values - {7}) | {0}
+    return tuple(sorted(values))
+
+
+def _offset(zone: ZoneInfo, instant: int) -> int:
+    """The zone's UTC offset in seconds at an instant (epoch seconds)."""
+    delta = datetime.fromtimestamp(instant, zone).utcoffset()
+    assert delta is not None
+    return delta.days * _DAY + delta.seconds
+
+
+def _first_change(zone: ZoneInfo, start: int, end: int, offset: int) -> int | None:
+    """The first instant in (start, end] whose offset differs from ``offset``, if any.
+
+    Probes once a day, then bisects: two transitions less than a day apart that cancel each
+    other out would be missed (zoneinfo does not expose its transition table).
+    """
+    probe = start
+    while probe < end:
+        low, probe = probe, min(probe + _DAY, end)
+        if _offset(zone, probe) != offset:
+            while probe - low > 1:
+                middle = (low + probe) // 2
+                if _offset(zone, middle) == offset:
+                    low = middle
+                else:
+                    probe = middle
+            return probe
+    return None
+
+
+def _clock(wall: datetime) -> str:
+    return f"{wall:%H:%M}" if wall.second == 0 else f"{wall:%H:%M:%S}"
+
+
+@attrs.frozen(kw_only=True)
+class SlotInfo:
+    """One upcoming slot, for people: see `Schedule.upcoming`."""
+
+    slot_ms: int
+    utc: datetime
+    local: datetime
+    dst_note: str
+    """Empty, or what daylight saving did to this slot, e.g. ``"first of two 02:30 (fold)"``."""
+
+
+@attrs.frozen(kw_only=True)
+class Schedule:
+    """A cron expression in an IANA time zone; create it with `Schedule.parse`."""
+
+    expression: str
+    tz: str = "UTC"
+    follows_real_time: bool = attrs.field(init=False, eq=False)
+    """True when the hour field covers every hour: such schedules follow real time (T7)."""
+    _zone: ZoneInfo = attrs.field(init=False, eq=False, repr=False)
+    _fields: tuple[tuple[int, ...], ...] = attrs.field(init=False, eq=False, repr=False)
+    _any_day: bool = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.expression, str) or not isinstance(self.tz, str):
+            raise ConfigError("a schedule needs a cron expression and a time zone name as strings")
+        text = ALIASES.get(self.expression.strip().lower(), self.expression)
+        parts = text.split()
+        if not parts:
+            raise ConfigError(f"the cron expression is empty; write {_FORMAT}")
+        if parts[0].startswith("@"):
+            raise ConfigError(
+                f"cron expression {self.expression!r}: unknown alias {parts[0]!r}; "
+                f"use one of {', '.join(ALIASES)} or write {_FORMAT}"
+            )
+        if len(parts) not in (5, 6):
+            raise ConfigError(
+                f"cron expression {self.expression!r} has {len(parts)} fields; write {_FORMAT}"
+            )
+        if len(parts) == 5:
+            parts.insert(0, "0")
+        fields = tuple(
+            _parse_field(self.expression, name, part)
+            for name, part in zip(_FIELDS, parts, strict=True)
+        )
+        # Vixie cron: a day field starting with '*' does not restrict; two restricted ones OR.
+        dom_star, dow_star = parts[3][0] in "*?", parts[5][0] in "*?"
+        if dow_star and not any(d <= _MAX_DAYS[m - 1] for m in fields[4] for d in fields[3]):
+            raise ConfigError(
+                f"cron expression {self.expression!r} never fires: no chosen month has day "
+                f"{parts[3]}; pick days that exist, for example '1' or '28'"
+            )
+        hour_range, step, _ = parts[2].partition("/")
+        every_hour = hour_range in ("*", "?", "0-23") or (hour_range == "0" and step == "/")
+        if not self.tz or "\0" in self.tz:
+            raise ConfigError(
+                f"time zone {self.tz!r} is not a zone name; use an IANA name like 'Europe/Berlin'"
+            )
+        try:
+            zone = ZoneInfo(self.tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise ConfigError(
+                f"unknown time zone {self.tz!r}; use an IANA name like 'Europe/Berlin' or 'UTC'"
+            ) from None
+        object.__setattr__(self, "follows_real_time", "," not in parts[2] and every_hour)
+        object.__setattr__(self, "_zone", zone)
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_any_day", dom_star or dow_star)
+
+    @classmethod
+    def parse(cls, cron: str, tz: str = "UTC") -> Schedule:
+        """Parse and validate ``cron`` in zone ``tz``, or raise `ConfigError` saying what to fix."""
+        return cls(expression=cron, tz=tz)
+
+    def __str__(self) -> str:
+        return f"{self.expression} in {self.tz}"
+
+    def describe(self) -> str:
+        """The expression, the zone and how the schedule treats daylight saving changes."""
+        if self.follows_real_time or self.tz in _UTC_NAMES:
+            rule = (
+                "follows real time: fires in both passes of a repeated hour, not in a skipped one"
+            )
+        else:
+            rule = "fixed hours: a repeated time fires once, a skipped one right after the gap"
+        return f"'{self.expression}' in {self.tz} ({rule})"
+
+    # -- slots ----------------------------------------------------------------------------
+
+    def next_slot(self, after_ms: int) -> int:
+        """The first slot strictly after ``after_ms`` (epoch milliseconds)."""
+        start = after_ms // 1000 + 1  # slots are whole seconds
+        if self.tz in _UTC_NAMES:
+            return self._next_wall(start) * 1000
+        zone = self._zone
+        if self.follows_real_time:
+            while True:
+                offset = _offset(zone, start)
+                slot = self._next_wall(start + offset) - offset
+                change = _first_change(zone, start, slot, offset)
+                if change is None:
+                    return slot * 1000
+                start = change
+        offset = _offset(zone, start - 1)
+        wall = start + offset
+        if datetime.fromtimestamp(start - 1, zone).fold:
+            # In the second pass of a repeated hour its wall times fired in the first pass:
+            # go on from the wall time the clock showed when it was turned back.
+            earlier = _offset(zone, start - 1 - _DAY)
+            turned = _first_change(zone, start - 1 - _DAY, start - 1, earlier)
+            assert turned is not None
+            wall = turned + earlier
+        while True:
+            wall = self._next_wall(wall)
+            slot = self._first_instant(wall)
+            if slot >= start:
+                return slot * 1000
+            wall += 1
+
+    def slots_between(self, start_ms: int, end_ms: int) -> Iterator[int]:
+        """The slots in (start_ms, end_ms], ascending: start exclusive, end inclusive."""
+        slot = self.next_slot(start_ms)
+        while slot <= end_ms:
+            yield slot
+            slot = self.next_slot(slot)
+
+    def previous_slots(self, now_ms: int, window_ms: int) -> list[int]:
+        """The slots in (now_ms - window_ms, now_ms], ascending: the catch-up of rule T6."""
+        if window_ms < 0:
+            raise ConfigError(f"the catch-up window must not be negative, got {window_ms} ms")
+        return list(self.slots_between(now_ms - window_ms, now_ms))
+
+    def upcoming(self, n: int, after_ms: int) -> list[SlotInfo]:
+        """The next ``n`` slots after ``after_ms`` with their UTC and local times, for people."""
+        infos: list[SlotInfo] = []
+        previous = after_ms
+        for _ in range(n):
+            slot = self.next_slot(previous)
+            local = datetime.fromtimestamp(slot // 1000, self._zone)
+            infos.append(
+                SlotInfo(
+                    slot_ms=slot,
+                    utc=datetime.fromtimestamp(slot // 1000, timezone.utc),
+                    local=local,
+                    dst_note=self._dst_note(local, previous // 1000),
+                )
+            )
+            previous = slot
+        return infos
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _first_instant(self, wall: int) -> int:
+        """The first instant whose wall time is ``wall``, or the end of the gap it falls in."""
+        days, seconds = divmod(wall, _DAY)
+        hour, rest = divmod(seconds, 3600)
+        d = date.fromordinal(days + _EPOCH)
+        local = datetime(d.year, d.month, d.day, hour, rest // 60, rest % 60, tzinfo=self._zone)
+        offsets = [local.utcoffset(), local.replace(fold=1).utcoffset()]
+        first, second = (o.days * _DAY + o.seconds for o in offsets if o is not None)
+        if _offset(self._zone, wall - first) == first:
+            return wall - first
+        before = wall - max(first, second)  # an instant just before the gap
+        change = _first_change(
+            self._zone, before, wall - min(first, second), _offset(self._zone, before)
+        )
+        assert change is not None
+        return change
+
+    def _day_matches(self, d: date) -> bool:
+        _, _, _, days, _, weekdays = self._fields
+        dom = d.day in days
+        dow = d.isoweekday() % 7 in weekdays
+        return (dom and dow) if self._any_day else (dom or dow)
+
+    def _next_wall(self, wall: int) -> int:
+        """The first matching wall time at or after ``wall`` (seconds, as if the zone were UTC)."""
+        seconds, minutes, hours, _, months, _ = self._fields
+        days, rest = divmod(wall, _DAY)
+        hour, rest = divmod(rest, 3600)
+        minute, second = divmod(rest, 60)
+        d = date.fromordinal(days + _EPOCH)
+        last_year = d.year + 400  # every (month, day, weekday) recurs in the 400-year cycle
+        while d.year <= last_year:
+            if d.month not in months:
+                later = [m for m in months if m > d.month]
+                d = date(d.year, later[0], 1) if later else date(d.year + 1, months[0], 1)
+                hour = minute = second = 0
+                continue
+            if self._day_matches(d):
+                midnight = (d.toordinal() - _EPOCH) * _DAY
+                h = bisect.bisect_left(hours, hour)
+                if h < len(hours) and hours[h] == hour:
+                    m = bisect.bisect_left(minutes, minute)
+                    if m < len(minutes) and minutes[m] == minute:
+                        s = bisect.bisect_left(seconds, second)
+                        if s < len(seconds):
+                            return midnight + hour * 3600 + minute * 60 + seconds[s]
+                        m += 1
+                    if m < len(minutes):
+                        return midnight + hour * 3600 + minutes[m] * 60 + seconds[0]
+                    h += 1
+                if h < len(hours):
+                    return midnight + hours[h] * 3600 + minutes[0] * 60 + seconds[0]
+            d += timedelta(days=1)
+            hour = minute = second = 0
+        raise AssertionError(f"{self} found no slot in 400 years")  # parse rules this out
+
+    def _dst_note(self, local: datetime, previous: int) -> str:
+        """What daylight saving did to the slot at ``local`` (reached from ``previous``)."""
+        zone, slot = self._zone, int(local.timestamp())
+        if local.utcoffset() != local.replace(fold=1 - local.fold).utcoffset():
+            if local.fold:
+                return f"second {_clock(local)} (fold): the hour field follows real time"
+            if self.follows_real_time:
+                return f"first of two {_clock(local)} (fold)"
+            return f"first of two {_clock(local)} (fold); the repeat does not fire"
+        # A fixed-hour slot stands in for skipped times only at the end of a gap; a real-time
+        # slot reports the last gap since the previous slot.
+        low = previous if self.follows_real_time else slot - 1
+        offset, skipped = _offset(zone, low), list[int]()
+        while (change := _first_change(zone, low, slot, offset)) is not None:
+            low, before, offset = change, offset, _offset(zone, change)
+            gap, wall = [], self._next_wall(change + before)
+            while wall < change + offset:  # empty unless the clock jumped forward
+                gap.append(wall)
+                wall = self._next_wall(wall + 1)
+            skipped = gap or skipped
+        if not skipped:
+            return ""
+
+        def clock(wall: int) -> str:
+            return _clock(datetime.fromtimestamp(wall, timezone.utc))
+
+        what = clock(skipped[0]) + (f" to {clock(skipped[-1])}" if len(skipped) > 1 else "")
+        verb = "does not exist" if len(skipped) == 1 else "do not exist"
+        if self.follows_real_time:
+            return f"{what} {verb} (gap); skipped, the hour field follows real time"
+        return f"{what} {verb}; fired at {_clock(local)} after the gap"
