@@ -113,6 +113,7 @@ class Scheduler:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._stop_requested = False
         self._started = False
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -214,7 +215,11 @@ class Scheduler:
         await self._open_store()
         await self.store_clock.measure()
         self._started = True
+        # Events are made for the running loop; a stop asked for while the store was opening
+        # (a SIGTERM during start) carries over.
         self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
         self.claimer.stopping = asyncio.Event()
         self._dispatcher = asyncio.create_task(self._dispatch(), name="anarchon-dispatcher")
         log.info(
@@ -249,6 +254,7 @@ class Scheduler:
         if not self._started:
             return
         self._started = False
+        self._stop_requested = False
         self._stop.set()
         self.claimer.stopping.set()
         if self._dispatcher is not None:
@@ -304,7 +310,8 @@ class Scheduler:
         asyncio.run(main())
 
     def request_stop(self) -> None:
-        """Ask `serve()` / `run()` to stop gracefully (thread-unsafe; call on the loop)."""
+        """Ask `serve()` / `run()` to stop gracefully (call it on the scheduler's loop)."""
+        self._stop_requested = True
         self._stop.set()
 
     # -- dispatching ----------------------------------------------------------------------------

@@ -23,6 +23,9 @@ __all__ = [
     "EXIT_STORE_UNAVAILABLE",
     "EXIT_UNEXPECTED",
     "CliError",
+    "StoreCorruptExit",
+    "StoreUnavailableExit",
+    "UnexpectedError",
     "cli",
     "main",
 ]
@@ -51,25 +54,27 @@ _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))
 
 
 class CliError(click.ClickException):
-    """An error shown as one line, ``anarchon: error: <message>``, with its own exit code."""
+    """A usage or configuration error, shown as one line ``anarchon: error: <message>``."""
 
-    def __new__(cls, message: str, exit_code: int = EXIT_CONFIG) -> CliError:
-        # click declares exit_code on the class: one subclass per code keeps that contract.
-        kind = _KINDS.get(exit_code)
-        if kind is None:
-            kind = _KINDS[exit_code] = type(
-                f"CliError{exit_code}", (cls,), {"exit_code": exit_code}
-            )
-        return super().__new__(kind)
+    exit_code = EXIT_CONFIG
 
-    def __init__(self, message: str, exit_code: int = EXIT_CONFIG) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(redact(message))
 
     def show(self, file: Any = None) -> None:
         click.echo(f"anarchon: error: {self.format_message()}", err=True)
 
 
-_KINDS: dict[int, type[CliError]] = {}
+class UnexpectedError(CliError):
+    exit_code = EXIT_UNEXPECTED
+
+
+class StoreUnavailableExit(CliError):
+    exit_code = EXIT_STORE_UNAVAILABLE
+
+
+class StoreCorruptExit(CliError):
+    exit_code = EXIT_STORE_CORRUPT
 
 
 @attrs.define
@@ -118,16 +123,15 @@ def _fail(ctx: click.Context, exc: BaseException) -> NoReturn:
         raise exc
     message = redact(str(exc)) or type(exc).__name__
     if isinstance(exc, ConfigError):
-        raise CliError(message, EXIT_CONFIG) from None
+        raise CliError(message) from None
     if isinstance(exc, StoreUnavailable):
-        raise CliError(message, EXIT_STORE_UNAVAILABLE) from None
+        raise StoreUnavailableExit(message) from None
     if isinstance(exc, StoreCorrupt):
-        raise CliError(message, EXIT_STORE_CORRUPT) from None
+        raise StoreCorruptExit(message) from None
     if isinstance(exc, AnarchonError):
-        raise CliError(message, EXIT_UNEXPECTED) from None
-    raise CliError(
-        f"unexpected {type(exc).__name__}: {message} (rerun with --debug for the traceback)",
-        EXIT_UNEXPECTED,
+        raise UnexpectedError(message) from None
+    raise UnexpectedError(
+        f"unexpected {type(exc).__name__}: {message} (rerun with --debug for the traceback)"
     ) from None
 
 

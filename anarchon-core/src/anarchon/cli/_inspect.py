@@ -1,0 +1,251 @@
+"""``anarchon backends``, ``anarchon history URL JOB`` and ``anarchon next CRON``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .._capabilities import Capabilities
+from .._connect import connect, create_store
+from .._errors import ConfigError
+from .._names import check_name
+from .._runs import RunRecord
+from .._schedule import Schedule
+from .._urls import StoreURL, redact
+from ..plugins import BackendInfo, plugin_manager
+from . import configure_logging
+
+__all__ = ["backends", "history", "next_slots", "parse_after"]
+
+# URLs that build a store without a server, to read its default capabilities (never opened).
+_SAMPLE_URLS = {"memory": "memory://", "sqlite": "sqlite:///anarchon.db"}
+
+
+def _console() -> Console:
+    # Off a terminal (pipes, CI logs) tables are not squeezed into 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    when = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    text = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return text.replace(".000Z", "Z")
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+
+def _capabilities(info: BackendInfo) -> Capabilities | None:
+    """Default capabilities of backends that need no server to be built; None for the others."""
+    url = _SAMPLE_URLS.get(info.scheme)
+    if url is None:
+        return None
+    try:
+        return create_store(url).capabilities
+    except Exception:  # noqa: BLE001 - a listing must not fail because one backend is odd
+        return None
+
+
+def _describe(caps: Capabilities | None) -> str:
+    if caps is None:
+        return "(see its docs; depends on the server and options)"
+    flags = [
+        name.replace("_", "-")
+        for name in ("leases", "self_recognition", "fencing", "overlap", "history", "store_clock")
+        if getattr(caps, name)
+    ]
+    if caps.batch:
+        flags.append("batch")
+    remembers = "forever" if caps.remembers_ms is None else f"{caps.remembers_ms} ms"
+    return f"{' '.join(flags)}; remembers runs {remembers}"
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def backends(ctx: click.Context, as_json: bool) -> None:
+    """List installed backends (by URL scheme) and plugins that failed to load."""
+    configure_logging(ctx, "WARNING")
+    manager = plugin_manager()
+    infos = manager.backends()
+    caps = {info.scheme: _capabilities(info) for info in infos}
+    if as_json:
+        data: dict[str, Any] = {
+            "backends": [
+                {
+                    "scheme": info.scheme,
+                    "plugin": info.plugin,
+                    "target": info.target,
+                    "description": info.description,
+                    "capabilities": None
+                    if caps[info.scheme] is None
+                    else _caps_json(caps[info.scheme]),
+                }
+                for info in infos
+            ],
+            "failed": dict(sorted(manager.failed.items())),
+        }
+        click.echo(json.dumps(data, indent=2))
+        return
+    table = Table(title="installed anarchon backends", title_justify="left")
+    for column in ("scheme", "plugin", "class", "description", "capabilities"):
+        table.add_column(column, overflow="fold")
+    for info in infos:
+        table.add_row(
+            f"{info.scheme}://",
+            info.plugin,
+            info.target,
+            info.description,
+            _describe(caps[info.scheme]),
+        )
+    console = _console()
+    console.print(table)
+    for name, reason in sorted(manager.failed.items()):
+        console.print(f"[red]plugin {name!r} failed to load:[/red] {redact(reason)}", markup=True)
+
+
+def _caps_json(caps: Capabilities | None) -> dict[str, Any] | None:
+    if caps is None:
+        return None
+    import attrs
+
+    return attrs.asdict(caps)
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+async def _read_history(url: StoreURL, job: str, limit: int) -> list[RunRecord]:
+    async with connect(url) as store:
+        if not store.capabilities.history:
+            raise ConfigError(f"store {url} keeps no run history ({url.scheme}:// has none)")
+        return await store.history(job, limit)
+
+
+def _record_json(record: RunRecord) -> dict[str, Any]:
+    return {
+        "job": record.job,
+        "slot": _iso(record.slot),
+        "slot_ms": record.slot,
+        "status": str(record.status),
+        "attempt": record.attempt,
+        "holder": record.holder,
+        "claimed_at": _iso(record.claimed_at) or None,
+        "lease_until": _iso(record.lease_until) or None,
+        "finished_at": _iso(record.finished_at) or None,
+        "error": record.error,
+    }
+
+
+@click.command()
+@click.argument("url")
+@click.argument("job")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def history(ctx: click.Context, url: str, job: str, limit: int, as_json: bool) -> None:
+    """Show the runs of JOB in the store at URL, newest first.
+
+    Times are UTC. Passwords in URL are never printed.
+    """
+    configure_logging(ctx, "WARNING")
+    parsed = StoreURL.parse(url)
+    check_name(job, what="job name")
+    if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
+        # Opening would create an empty database: a typo should not leave files behind.
+        raise ConfigError(f"{parsed}: no such database file {os.path.abspath(parsed.path)!r}")
+    records = asyncio.run(_read_history(parsed, job, limit))
+    if as_json:
+        click.echo(json.dumps([_record_json(r) for r in records], indent=2))
+        return
+    console = _console()
+    if not records:
+        console.print(f"no runs of job {job!r} in {parsed}")
+        return
+    table = Table(title=f"runs of {job!r} in {parsed}, newest first", title_justify="left")
+    for column in ("slot (UTC)", "status", "attempt", "holder", "claimed", "finished", "error"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        table.add_row(
+            _iso(record.slot),
+            str(record.status),
+            str(record.attempt),
+            record.holder,
+            _iso(record.claimed_at),
+            _iso(record.finished_at),
+            redact(record.error or ""),
+        )
+    console.print(table)
+
+
+# -- next -------------------------------------------------------------------------------------
+
+
+def parse_after(text: str, tz: str) -> int:
+    """An ISO 8601 time in epoch ms; without an offset it is a wall time in zone `tz`."""
+    cleaned = text.strip()
+    if cleaned.endswith(("Z", "z")):
+        cleaned = cleaned[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise ConfigError(
+            f"--after {text!r} is not an ISO 8601 time; write for example 2025-03-30T01:30 "
+            "(in --tz) or 2025-03-30T01:30:00+02:00 or 2025-03-30T00:00Z"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=ZoneInfo(tz))
+    return int(when.timestamp() * 1000)
+
+
+@click.command("next")
+@click.argument("cron")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the schedule.")
+@click.option("--after", default=None, help="ISO 8601 start time (default: now).")
+@click.option("-n", "count", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def next_slots(
+    ctx: click.Context, cron: str, tz: str, after: str | None, count: int, as_json: bool
+) -> None:
+    """Show the next slots of CRON (5 fields, or 6 with seconds first) as UTC and local times,
+    with what daylight saving does to them."""
+    configure_logging(ctx, "WARNING")
+    schedule = Schedule.parse(cron, tz)
+    after_ms = (
+        parse_after(after, tz) if after is not None else int(datetime.now().timestamp() * 1000)
+    )
+    infos = schedule.upcoming(count, after_ms)
+    if as_json:
+        rows = [
+            {
+                "slot_ms": i.slot_ms,
+                "utc": _iso(i.slot_ms),
+                "local": i.local.isoformat(),
+                "dst_note": i.dst_note or None,
+            }
+            for i in infos
+        ]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=schedule.describe(), title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("UTC")
+    table.add_column(f"local ({tz})")
+    table.add_column("daylight saving", overflow="fold")
+    for number, info in enumerate(infos, start=1):
+        offset = info.local.isoformat()[19:]
+        local = f"{info.local:%Y-%m-%d %a %H:%M:%S} {info.local.tzname() or ''} ({offset})"
+        table.add_row(str(number), _iso(info.slot_ms), local, info.dst_note)
+    _console().print(table)
