@@ -1,0 +1,135 @@
+"""`BackendHarness`: the one class a backend author writes to certify a store."""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import uuid
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from anarchon import Capabilities, ClaimStore, RunRecord, connect
+from anarchon.plugins import plugin_manager
+
+__all__ = ["DEFAULT_PREFIX", "BackendHarness"]
+
+DEFAULT_PREFIX = "conformance"
+"""The prefix of the stores the kit opens unless a test asks for another one."""
+
+
+class BackendHarness(abc.ABC):
+    """How the kit reaches one backend. One instance serves one test, on one fresh, isolated store.
+
+    Implement `url` (or override `open_store`), `capabilities`, and the two backdoors
+    `force_expire` and `raw_run`, which must read and write the store *directly*, bypassing the
+    store class under test: they are the kit's independent oracle. Optionally `setup`, `cleanup`,
+    `server_version`, `address`/`process_url` (network and multi-process checks).
+
+    The kit calls ``harness_class(url)`` with the value of ``--anarchon-url`` (None when not given),
+    then `setup()`, the test, and `cleanup()`.
+    """
+
+    name: ClassVar[str] = ""
+    """Backend name shown on the certificate (defaults to the URL scheme)."""
+
+    plugins: ClassVar[Sequence[str]] = ()
+    """Modules with ``anarchon_register_backends`` hook implementations to register before
+    connecting, for a backend that is not installed through an entry point (also registered in
+    the OS processes of the C1 process check)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.given_url = url
+        """The ``--anarchon-url`` option, or None."""
+        self.run_id = uuid.uuid4().hex[:12]
+        """Unique per harness instance: use it to name a fresh database, file or key space."""
+        self._stores: list[ClaimStore] = []
+        register_plugins(self.plugins)
+
+    # -- the store ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def url(self, address: tuple[str, int] | None = None) -> str:
+        """The URL of this harness's fresh store, without options (the kit adds ``prefix`` and
+        the others as keyword arguments to `anarchon.connect`).
+
+        With `address`, the same store reached through ``host:port`` instead of the server's own
+        address: the kit passes its fault-injecting proxy here. Stores without a network (memory,
+        SQLite) ignore it and return None from `address()`.
+        """
+
+    def address(self) -> tuple[str, int] | None:
+        """The server's TCP ``(host, port)``, so the kit can put its proxy in front of it; None
+        for a store without a network connection (then the proxy checks are not applicable)."""
+        return None
+
+    def process_url(self) -> str | None:
+        """A URL another OS process can open to reach the same store, or None when the store lives
+        inside this process (``memory://``): the C1 process check is then not applicable, while
+        the C1 task check still runs and can never be skipped."""
+        return self.url()
+
+    async def open_store(
+        self,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        address: tuple[str, int] | None = None,
+        **options: Any,
+    ) -> ClaimStore:
+        """Open a store object on this harness's store. Every call is a new "instance" (its own
+        connections); the kit closes them all at the end of the test."""
+        store = await connect(self.url(address), prefix=prefix, **options)
+        self._stores.append(store)
+        return store
+
+    # -- what the store can do ------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """The capabilities of the stores `open_store` returns; the kit's checks follow them."""
+
+    async def server_version(self) -> str:
+        """The server's name and version for the certificate (``"MariaDB 10.11.6"``)."""
+        return "n/a"
+
+    # -- backdoors (bypass the store class under test) ------------------------------------------
+    @abc.abstractmethod
+    async def force_expire(self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX) -> None:
+        """Make the running run (job, slot) look as if its lease ran out: ``lease_until`` one
+        millisecond before the store's now. Called only on a running run."""
+
+    @abc.abstractmethod
+    async def raw_run(
+        self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX
+    ) -> RunRecord | None:
+        """What the store really holds for (job, slot), read directly; None if nothing."""
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def setup(self) -> None:  # noqa: B027 - optional hook
+        """Create the fresh, isolated store (a database, a file, a key space)."""
+
+    async def cleanup(self) -> None:
+        """Close the stores the kit opened, then drop what `setup` created. Extend, calling
+        ``await super().cleanup()`` first."""
+        stores, self._stores = self._stores, []
+        for store in stores:
+            await store.close()
+
+    @property
+    def backend_name(self) -> str:
+        return self.name or self.url().split("://", 1)[0]
+
+
+_registered: set[str] = set()
+
+
+def register_plugins(modules: Sequence[str]) -> None:
+    """Register backend plugin modules with anarchon's plugin manager, once each."""
+    for name in modules:
+        if name in _registered:
+            continue
+        manager = plugin_manager()
+        if name not in manager.plugin_names():
+            try:
+                manager.register(importlib.import_module(name), name=name)
+            except ValueError:
+                pass  # installed too: its entry point registered the same module already
+        _registered.add(name)

@@ -1,0 +1,67 @@
+"""The rules the kit certifies, with the words the certificate shows for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import attrs
+
+__all__ = ["RULES", "Rule", "rule"]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    id: str
+    description: str
+    required: bool = False
+    """Can never be not applicable: the certificate fails unless the rule passed."""
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        id="C1",
+        description="single winner: at most one `won` per (job, slot, attempt)",
+        required=True,
+    ),
+    Rule(id="C2", description="idempotent per token: a resent claim is `won` again"),
+    Rule(id="C3", description="fail closed: an ambiguous answer is never `won`"),
+    Rule(id="L1", description="claim with no run: late, overlap, or won attempt 1"),
+    Rule(id="L2", description="running, same token: won, nothing changes"),
+    Rule(id="L3", description="running, other token, live lease: running"),
+    Rule(id="L4", description="lease ran out, attempts left: takeover, attempt + 1"),
+    Rule(id="L5", description="lease ran out, no attempts left: interrupted, done"),
+    Rule(id="L6", description="finished run: done for every token"),
+    Rule(id="L7", description="renew only with the holding token"),
+    Rule(id="L8", description="finish only with the holding token"),
+    Rule(id="L9", description="release only with the holding token; a backup takes over at once"),
+    Rule(id="L10", description="check: a plain read, the claim step only for an expired lease"),
+    Rule(id="L11", description="retention: runs kept long enough, history kept separately"),
+    Rule(id="F1", description="self-fencing by the runner"),
+    Rule(id="F2", description="fencing token grows strictly with (slot, attempt)"),
+    Rule(id="T3", description="the store remembers a run as long as its capabilities say"),
+    Rule(id="ISO", description="isolation between jobs and between prefixes"),
+    Rule(id="REC", description="reconnect after the server drops every connection; outages"),
+    Rule(id="MODEL", description="stateful agreement with the memory:// reference model"),
+)
+
+RULE_IDS = frozenset(r.id for r in RULES)
+ONE_OF_REQUIRED = ("C2", "C3")
+"""At least one of these must pass: a store either recognises its own claim or fails closed."""
+
+MARKER = "anarchon_rule"
+
+
+def rule(*ids: str) -> Callable[[F], F]:
+    """Mark a test as checking the rules `ids`; the certificate counts it for each."""
+    unknown = set(ids) - RULE_IDS
+    if unknown:
+        raise ValueError(f"unknown rule ids {sorted(unknown)}")
+    import pytest
+
+    def mark(func: F) -> F:
+        return getattr(pytest.mark, MARKER)(*ids)(func)  # type: ignore[no-any-return]
+
+    return mark

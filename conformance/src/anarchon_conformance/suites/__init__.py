@@ -1,0 +1,41 @@
+"""The suite mixins, one per area, and `ConformanceSuite` combining them.
+
+None is collected by itself (no ``Test`` prefix): a backend author writes
+``class TestMyConformance(ConformanceSuite): harness_class = MyHarness``.
+"""
+
+from __future__ import annotations
+
+from .fencing import FencingTests
+from .idempotence import IdempotenceTests
+from .isolation import IsolationTests
+from .leases import LeaseTests
+from .memory_rule import MemoryRuleTests
+from .reconnect import ReconnectTests
+from .single_winner import SingleWinnerTests
+from .stateful import StatefulTests
+
+__all__ = [
+    "ConformanceSuite",
+    "FencingTests",
+    "IdempotenceTests",
+    "IsolationTests",
+    "LeaseTests",
+    "MemoryRuleTests",
+    "ReconnectTests",
+    "SingleWinnerTests",
+    "StatefulTests",
+]
+
+
+class ConformanceSuite(
+    SingleWinnerTests,
+    IdempotenceTests,
+    LeaseTests,
+    FencingTests,
+    MemoryRuleTests,
+    IsolationTests,
+    ReconnectTests,
+    StatefulTests,
+):
+    """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""

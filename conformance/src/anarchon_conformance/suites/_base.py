@@ -1,0 +1,147 @@
+"""What every suite mixin shares: the harness fixture, request builders and capability skips."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import functools
+import inspect
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+import pytest_asyncio
+
+from anarchon import Capabilities, ClaimRequest, ClaimStore, LeaseStore, Overlap, new_token
+
+from .._harness import DEFAULT_PREFIX, BackendHarness
+
+__all__ = ["HarnessSuite", "capability_doc", "require", "within"]
+
+T = TypeVar("T")
+
+TIMEOUT_S = 15.0
+"""Longest a single store call may take before the kit calls it a hang."""
+
+
+@functools.cache
+def _capability_docs() -> dict[str, str]:
+    tree = ast.parse(inspect.getsource(Capabilities))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for stmt, nxt in itertools.pairwise(body):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def capability_doc(flag: str) -> str:
+    """The docstring of a `Capabilities` flag: the reason a test that needs it is skipped."""
+    return _capability_docs().get(flag, flag)
+
+
+def require(harness: BackendHarness, *flags: str) -> None:
+    """Skip (not applicable) unless every capability flag is on."""
+    caps = harness.capabilities
+    for flag in flags:
+        if not getattr(caps, flag):
+            pytest.skip(f"not applicable: capability {flag} is off ({capability_doc(flag)})")
+
+
+async def within(awaitable: Awaitable[T], seconds: float = TIMEOUT_S) -> T:
+    """Await with a bound, so a hanging store fails the check instead of stalling the run."""
+    return await asyncio.wait_for(awaitable, seconds)
+
+
+class HarnessSuite:
+    """Base of the suite mixins: one harness object per test, from ``harness_class``."""
+
+    harness_class: ClassVar[type[BackendHarness]]
+    """Set by the author: ``class TestMyConformance(ConformanceSuite): harness_class = MyHarness``."""
+
+    instance = "conformance:1:aaaa"
+
+    @pytest_asyncio.fixture
+    async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[BackendHarness]:
+        cls = getattr(self, "harness_class", None)
+        if cls is None:
+            raise TypeError(
+                f"{type(self).__name__} needs a harness: set `harness_class = YourHarness`"
+            )
+        harness = cls(request.config.getoption("anarchon_url", default=None))
+        await within(harness.setup(), 60)
+        try:
+            await self._record_backend(request, harness)
+            yield harness
+        finally:
+            await within(harness.cleanup(), 60)
+
+    @staticmethod
+    async def _record_backend(request: pytest.FixtureRequest, harness: BackendHarness) -> None:
+        from .. import pytest_plugin
+
+        collector = pytest_plugin.collector(request.config)
+        if collector is not None:
+            suite = request.node.parent
+            if suite is not None and not collector.has_backend(suite.nodeid):
+                collector.set_backend(
+                    suite.nodeid, harness.backend_name, await within(harness.server_version())
+                )
+
+    # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    async def open(harness: BackendHarness, **options: Any) -> ClaimStore:
+        return await within(harness.open_store(**options), 30)
+
+    @staticmethod
+    async def open_lease(harness: BackendHarness, **options: Any) -> LeaseStore:
+        store = await within(harness.open_store(**options), 30)
+        assert isinstance(store, LeaseStore), (
+            f"capabilities.leases is on but {type(store).__name__} is not a LeaseStore"
+        )
+        return store
+
+    @staticmethod
+    async def now(store: ClaimStore) -> int:
+        """The store's clock (T1), or the local clock for stores without one."""
+        value = await within(store.now_ms())
+        return value if value is not None else time.time_ns() // 1_000_000
+
+    async def current_slot(self, store: ClaimStore) -> int:
+        """A slot that is not late: the current second by the store's clock."""
+        now = await self.now(store)
+        return now - now % 1000
+
+    def request(
+        self,
+        job: str,
+        slot: int,
+        *,
+        token: str | None = None,
+        instance: str | None = None,
+        lease_ms: int = 60_000,
+        max_late_ms: int = 60_000,
+        overlap: Overlap = Overlap.ALLOW,
+        attempts: int = 3,
+    ) -> ClaimRequest:
+        return ClaimRequest(
+            job=job,
+            slot=slot,
+            token=token or new_token(),
+            instance=instance or self.instance,
+            lease_ms=lease_ms,
+            max_late_ms=max_late_ms,
+            overlap=overlap,
+            attempts=attempts,
+        )
+
+
+PREFIX = DEFAULT_PREFIX

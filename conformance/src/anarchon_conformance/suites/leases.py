@@ -1,0 +1,236 @@
+"""L1-L6, L10, L11: the claim table of lease stores, checked against what the store really holds
+(the harness backdoors), with lease expiry forced instead of waited for."""
+
+from __future__ import annotations
+
+import pytest
+
+from anarchon import Outcome, Overlap, RunStatus
+
+from .._harness import BackendHarness
+from .._rules import rule
+from ._base import HarnessSuite, require, within
+
+__all__ = ["LeaseTests"]
+
+
+class LeaseTests(HarnessSuite):
+    """The claim step of `anarchon.abc.LeaseStore`, rule by rule."""
+
+    @rule("L1")
+    @pytest.mark.asyncio
+    async def test_L1_claim_with_no_run_wins_attempt_1(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l1", slot, lease_ms=30_000, instance="host:1:abcd")
+        before = await self.now(store)
+        claim = await within(store.claim(request))
+        after = await self.now(store)
+        assert claim.won and claim.attempt == 1, claim
+        assert claim.token in (None, request.token), claim
+        run = await within(harness.raw_run("l1", slot))
+        assert run is not None, "L1: a won claim must write the run"
+        assert run.status is RunStatus.RUNNING and run.attempt == 1, run
+        assert run.token == request.token and run.holder == "host:1:abcd", run
+        assert run.lease_until is not None
+        assert before + 30_000 - 5 <= run.lease_until <= after + 30_000 + 5, (
+            f"L1: lease_until must be now + lease_ms ({before}..{after} + 30000), "
+            f"got {run.lease_until}"
+        )
+
+    @rule("L1")
+    @pytest.mark.asyncio
+    async def test_L1_late_slot_is_late_and_nothing_written(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        now = await self.now(store)
+        for max_late, age in ((60_000, 70_000), (0, 5_000), (1_000, 3_600_000)):
+            slot = now - age - now % 1000
+            claim = await within(store.claim(self.request("l1late", slot, max_late_ms=max_late)))
+            assert claim.outcome is Outcome.LATE, (
+                f"L1: a slot {age} ms old with max_late {max_late} ms must be late, got {claim}"
+            )
+            assert claim.reason, "L1: a late claim says why"
+            assert await within(harness.raw_run("l1late", slot)) is None, "L1: late writes nothing"
+        fresh = await within(store.claim(self.request("l1late", now - now % 1000 - 2000)))
+        assert fresh.won, f"L1: a slot within max_late must be won, got {fresh}"
+
+    @rule("L1")
+    @pytest.mark.asyncio
+    async def test_L1_overlap_skip_refuses_while_another_slot_runs(
+        self, harness: BackendHarness
+    ) -> None:
+        require(harness, "leases", "overlap")
+        store = await self.open_lease(harness)
+        first = await self.current_slot(store) - 5000
+        second = first + 1000
+        a = self.request("ovl", first, overlap=Overlap.SKIP)
+        assert (await within(store.claim(a))).won
+        refused = await within(store.claim(self.request("ovl", second, overlap=Overlap.SKIP)))
+        assert refused.outcome is Outcome.OVERLAP, f"L1: overlap 'skip' must refuse, got {refused}"
+        assert await within(harness.raw_run("ovl", second)) is None, "L1: overlap writes nothing"
+        allowed = await within(store.claim(self.request("ovl", second, overlap=Overlap.ALLOW)))
+        assert allowed.won, f"L1: overlap 'allow' must win, got {allowed}"
+        # Once the first run finished, 'skip' no longer refuses a third slot.
+        assert await within(store.finish("ovl", first, a.token, RunStatus.SUCCEEDED))
+        assert await within(harness.raw_run("ovl", second)) is not None
+        third = second + 1000
+        refused = await within(store.claim(self.request("ovl", third, overlap=Overlap.SKIP)))
+        assert refused.outcome is Outcome.OVERLAP, f"the second run still holds a lease: {refused}"
+        await within(harness.force_expire("ovl", second))
+        free = await within(store.claim(self.request("ovl", third, overlap=Overlap.SKIP)))
+        assert free.won, f"L1: an expired lease does not block 'skip', got {free}"
+
+    @rule("L2")
+    @pytest.mark.asyncio
+    async def test_L2_same_token_changes_nothing(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l2", slot)
+        assert (await within(store.claim(request))).won
+        before = await within(harness.raw_run("l2", slot))
+        again = await within(store.claim(request))
+        assert again.won and again.attempt == 1, again
+        assert await within(harness.raw_run("l2", slot)) == before, "L2: nothing changes"
+
+    @rule("L3")
+    @pytest.mark.asyncio
+    async def test_L3_other_token_sees_running(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        other = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l3", slot, instance="host:1:0001")
+        assert (await within(store.claim(request))).won
+        before = await within(harness.raw_run("l3", slot))
+        claim = await within(other.claim(self.request("l3", slot, instance="host:2:0002")))
+        assert claim.outcome is Outcome.RUNNING, f"L3: a live lease is running, got {claim}"
+        assert claim.attempt == 1, claim
+        assert claim.holder in (None, "host:1:0001"), claim
+        assert await within(harness.raw_run("l3", slot)) == before, "L3: nothing changes"
+
+    @rule("L4")
+    @pytest.mark.asyncio
+    async def test_L4_takeover_after_expiry(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        old = self.request("l4", slot)
+        assert (await within(store.claim(old))).won
+        await within(harness.force_expire("l4", slot))
+        new = self.request("l4", slot, instance="host:9:0009")
+        claim = await within(store.claim(new))
+        assert claim.won and claim.attempt == 2, f"L4: takeover must win attempt 2, got {claim}"
+        run = await within(harness.raw_run("l4", slot))
+        assert run is not None and run.status is RunStatus.RUNNING, run
+        assert (run.attempt, run.token, run.holder) == (2, new.token, "host:9:0009"), run
+        assert run.lease_until is not None and run.lease_until >= await self.now(store)
+        stale = await within(store.claim(old))
+        assert stale.outcome is Outcome.RUNNING, f"the old token lost the run, got {stale}"
+
+    @rule("L4")
+    @pytest.mark.asyncio
+    async def test_L4_takeover_ignores_lateness(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store) - 30_000
+        assert (await within(store.claim(self.request("l4late", slot, max_late_ms=600_000)))).won
+        await within(harness.force_expire("l4late", slot))
+        claim = await within(store.claim(self.request("l4late", slot, max_late_ms=0)))
+        assert claim.won and claim.attempt == 2, f"L4: lateness does not apply, got {claim}"
+
+    @rule("L5")
+    @pytest.mark.asyncio
+    async def test_L5_no_attempts_left_is_interrupted(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        assert (await within(store.claim(self.request("l5", slot, attempts=2)))).won
+        await within(harness.force_expire("l5", slot))
+        assert (await within(store.claim(self.request("l5", slot, attempts=2)))).attempt == 2
+        await within(harness.force_expire("l5", slot))
+        claim = await within(store.claim(self.request("l5", slot, attempts=2)))
+        assert claim.outcome is Outcome.DONE, f"L5: no attempts left is done, got {claim}"
+        run = await within(harness.raw_run("l5", slot))
+        assert run is not None and run.status is RunStatus.INTERRUPTED, run
+        assert run.attempt == 2, run
+        later = await within(store.claim(self.request("l5", slot, attempts=5)))
+        assert later.outcome is Outcome.DONE, f"L6: an interrupted run stays done, got {later}"
+
+    @rule("L6")
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED])
+    async def test_L6_finished_is_done_for_every_token(
+        self, harness: BackendHarness, status: RunStatus
+    ) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l6", slot)
+        assert (await within(store.claim(request))).won
+        assert await within(store.finish("l6", slot, request.token, status, "boom"))
+        for asking in (request, self.request("l6", slot), self.request("l6", slot, attempts=9)):
+            claim = await within(store.claim(asking))
+            assert claim.outcome is Outcome.DONE, f"L6: a finished run is done, got {claim}"
+        run = await within(harness.raw_run("l6", slot))
+        assert run is not None and run.status is status, run
+
+    @rule("L10")
+    @pytest.mark.asyncio
+    async def test_L10_check_reads_then_claims_only_an_expired_lease(
+        self, harness: BackendHarness
+    ) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        backup = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l10", slot)
+        assert (await within(store.claim(request))).won
+        before = await within(harness.raw_run("l10", slot))
+        polled = await within(backup.check(self.request("l10", slot)))
+        assert polled.outcome is Outcome.RUNNING, f"L10: a live lease is running, got {polled}"
+        assert await within(harness.raw_run("l10", slot)) == before, (
+            "L10: a check of a live lease writes nothing"
+        )
+        await within(harness.force_expire("l10", slot))
+        mine = self.request("l10", slot)
+        taken = await within(backup.check(mine))
+        assert taken.won and taken.attempt == 2, f"L10: an expired lease is taken over, got {taken}"
+        assert await within(backup.finish("l10", slot, mine.token, RunStatus.SUCCEEDED))
+        done = await within(store.check(self.request("l10", slot)))
+        assert done.outcome is Outcome.DONE, f"L10: a finished run is done, got {done}"
+        fresh = await within(backup.check(self.request("l10", slot + 1000)))
+        assert fresh.won, f"L10: a missing run goes through the claim step, got {fresh}"
+
+    @rule("L11")
+    @pytest.mark.asyncio
+    async def test_L11_run_kept_until_its_horizon(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness, history_limit=1, retention_margin_ms=1)
+        base = await self.current_slot(store)
+        first = self.request("l11", base - 10_000)
+        assert (await within(store.claim(first))).won
+        assert await within(store.finish("l11", first.slot, first.token, RunStatus.SUCCEEDED))
+        for n in range(1, 6):
+            assert (await within(store.claim(self.request("l11", base - 10_000 + n * 1000)))).won
+        run = await within(harness.raw_run("l11", first.slot))
+        assert run is not None and run.status is RunStatus.SUCCEEDED, (
+            f"L11: a run is kept until slot + max_late + attempts * lease, got {run}"
+        )
+        again = await within(store.claim(self.request("l11", first.slot)))
+        assert again.outcome is Outcome.DONE, again
+
+    @rule("L11")
+    @pytest.mark.asyncio
+    async def test_L11_history_newest_first(self, harness: BackendHarness) -> None:
+        require(harness, "history")
+        store = await self.open(harness)
+        base = await self.current_slot(store)
+        slots = [base - 3000, base - 1000, base - 2000]
+        for slot in slots:
+            assert (await within(store.claim(self.request("hist", slot)))).won
+        runs = await within(store.history("hist", 2))
+        assert [r.slot for r in runs] == [base - 1000, base - 2000], runs
+        assert all(r.job == "hist" for r in runs)

@@ -1,0 +1,140 @@
+"""C1: for each (job, slot, attempt) at most one claim is `won`, and (C4) one is."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from anarchon import Outcome
+
+from .._harness import DEFAULT_PREFIX, BackendHarness
+from .._rules import rule
+from ._base import HarnessSuite, require, within
+
+__all__ = ["SingleWinnerTests"]
+
+
+class SingleWinnerTests(HarnessSuite):
+    """C1 with asyncio tasks on several store objects, with OS processes, and on takeovers."""
+
+    c1_instances = 4
+    c1_tasks = 8
+    c1_slots = 6
+    c1_processes = 3
+
+    @rule("C1")
+    @pytest.mark.asyncio
+    async def test_C1_single_winner_tasks(self, harness: BackendHarness) -> None:
+        stores = [await self.open(harness) for _ in range(self.c1_instances)]
+        base = await self.current_slot(stores[0])
+        slots = [base - i * 1000 for i in range(self.c1_slots)]
+        requests = [
+            (slot, self.request("c1", slot, instance=f"host:{i}:{t:04x}"))
+            for slot in slots
+            for i in range(self.c1_instances)
+            for t in range(self.c1_tasks)
+        ]
+        claims = await within(
+            asyncio.gather(
+                *(stores[n % len(stores)].claim(r) for n, (_, r) in enumerate(requests))
+            ),
+            60,
+        )
+        winners: dict[int, list[str]] = collections.defaultdict(list)
+        for (slot, request), claim in zip(requests, claims, strict=True):
+            if claim.won:
+                winners[slot].append(request.token)
+            else:
+                assert claim.outcome is not Outcome.LATE, f"slot {slot} is not late: {claim}"
+        for slot in slots:
+            assert len(winners[slot]) <= 1, f"C1: {len(winners[slot])} winners of slot {slot}"
+            assert len(winners[slot]) == 1, f"C4: nobody won slot {slot}, none was late"
+        if harness.capabilities.leases:
+            for slot in slots:
+                run = await within(harness.raw_run("c1", slot))
+                assert run is not None and run.token == winners[slot][0], (
+                    f"C1: the store holds {run} for slot {slot}, the winner was {winners[slot][0]}"
+                )
+
+    @rule("C1")
+    @pytest.mark.asyncio
+    async def test_C1_single_winner_takeover_tasks(self, harness: BackendHarness) -> None:
+        require(harness, "leases")
+        stores = [await self.open_lease(harness) for _ in range(self.c1_instances)]
+        slot = await self.current_slot(stores[0])
+        first = await within(stores[0].claim(self.request("c1t", slot)))
+        assert first.won and first.attempt == 1, first
+        for attempt in (2, 3):
+            await within(harness.force_expire("c1t", slot))
+            requests = [
+                self.request("c1t", slot, instance=f"host:{n}:0000")
+                for n in range(self.c1_instances * self.c1_tasks)
+            ]
+            claims = await within(
+                asyncio.gather(*(stores[n % len(stores)].claim(r) for n, r in enumerate(requests))),
+                60,
+            )
+            won = [c for c in claims if c.won]
+            assert len(won) == 1, f"C1: {len(won)} winners of takeover attempt {attempt}"
+            assert won[0].attempt == attempt, won[0]
+
+    @rule("C1")
+    @pytest.mark.asyncio
+    async def test_C1_single_winner_processes(self, harness: BackendHarness) -> None:
+        url = harness.process_url()
+        if url is None:
+            pytest.skip(
+                "not applicable: the store lives in one process (harness.process_url() is None); "
+                "C1 is certified by the task check"
+            )
+        store = await self.open(harness)
+        base = await self.current_slot(store)
+        slots = [base - i * 1000 for i in range(self.c1_slots)]
+        start_at = time.time() + 3.0
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        procs = []
+        for n in range(self.c1_processes):
+            spec = {
+                "url": url,
+                "prefix": DEFAULT_PREFIX,
+                "plugins": list(harness.plugins),
+                "job": "c1p",
+                "slots": slots,
+                "tasks": self.c1_tasks,
+                "start_at": start_at,
+                "instance": f"proc:{n}:0000",
+            }
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "anarchon_conformance._claimer",
+                    json.dumps(spec),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=env,
+                )
+            )
+        try:
+            outputs = await within(asyncio.gather(*(p.communicate() for p in procs)), 90)
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        winners: dict[int, list[str]] = collections.defaultdict(list)
+        for proc, (out, err) in zip(procs, outputs, strict=True):
+            assert proc.returncode == 0, f"claiming process failed:\n{err.decode()}"
+            for slot, token, _attempt in json.loads(out):
+                winners[slot].append(token)
+        for slot in slots:
+            assert len(winners[slot]) <= 1, (
+                f"C1: {len(winners[slot])} processes won slot {slot}: {winners[slot]}"
+            )
+            assert len(winners[slot]) == 1, f"C4: no process won slot {slot}"

@@ -1,0 +1,77 @@
+"""Mutation checks: the kit must fail the right rule of each deliberately broken backend.
+
+A kit that passes a broken backend is the worst bug it can have. Each broken backend is certified
+in its own process, as `anarchon certify` does, all at once to keep the run short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anarchon_conformance import Certificate, RuleStatus
+
+HERE = Path(__file__).parent
+
+BROKEN = {
+    "AlwaysWinsHarness": "C1",
+    "ForgetsTokenHarness": "C2",
+    "RenewsAnyTokenHarness": "L7",
+    "ForgetsEarlyHarness": "T3",
+    "IgnoresMaxLateHarness": "L1",
+}
+
+
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Certificate]]:
+    out = tmp_path_factory.mktemp("certificates")
+    logs = {name: (out / f"{name}.log").open("wb") for name in [*BROKEN, "Control"]}
+    procs = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "anarchon_conformance",
+                f"broken_backends:{name}",
+                "--out",
+                str(out / name),
+            ],
+            cwd=HERE,
+            env={**os.environ, "ANARCHON_HYPOTHESIS_PROFILE": "smoke"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for name, log in logs.items()
+    }
+    results = {}
+    for name, proc in procs.items():
+        proc.wait(timeout=240)
+        logs[name].close()
+        files = list((out / name).glob("*.json"))
+        output = (out / f"{name}.log").read_text()
+        assert len(files) == 1, f"{name} wrote no certificate:\n{output}"
+        results[name] = (proc.returncode, Certificate.from_dict(json.loads(files[0].read_text())))
+    return results
+
+
+def test_the_unbroken_control_is_certified(
+    certified: dict[str, tuple[int, Certificate]],
+) -> None:
+    code, certificate = certified["Control"]
+    assert certificate.certified, certificate.to_text()
+    assert code == 0
+
+
+@pytest.mark.parametrize(("harness", "rule"), sorted(BROKEN.items()))
+def test_broken_backend_fails_its_rule(
+    certified: dict[str, tuple[int, Certificate]], harness: str, rule: str
+) -> None:
+    code, certificate = certified[harness]
+    assert certificate.status(rule) is RuleStatus.FAILED, certificate.to_text()
+    assert not certificate.certified
+    assert code == 1, "anarchon certify must exit non-zero when a rule fails"
