@@ -94,7 +94,8 @@ class _Once:
             outcome: dict[str, BaseException] = {}
 
             async def wait_for_body(run: Run) -> None:
-                await body_done
+                # Shielded: fencing cancels this task, which must not cancel the future.
+                await asyncio.shield(body_done)
                 if "error" in outcome:
                     raise outcome["error"]
 

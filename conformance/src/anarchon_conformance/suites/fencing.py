@@ -1,14 +1,21 @@
-"""L7-L9 (renew, finish and release compare tokens), F2 (fencing tokens grow), and the F1
-placeholder: self-fencing is the runner's job and is certified once the runtime exists."""
+"""L7-L9 (renew, finish and release compare tokens), F1 (the runtime's runner fences itself
+with this store) and F2 (fencing tokens grow)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
 import pytest
 
-from anarchon import Outcome, RunStatus, fencing_token
+import anarchon
+from anarchon import ClaimStore, Fenced, Outcome, Run, RunStatus, fencing_token
 
 from .._harness import BackendHarness
 from .._rules import rule
+from ..proxy import FaultProxy
 from ._base import HarnessSuite, require, within
 
 __all__ = ["FencingTests"]
@@ -106,8 +113,59 @@ class FencingTests(HarnessSuite):
         )
 
     @rule("F1")
-    def test_F1_self_fencing_runner(self) -> None:
-        pytest.skip("not applicable (needs runtime): F1 is the runner's self-fencing")
+    @pytest.mark.asyncio
+    async def test_F1_runner_fenced_when_a_takeover_refuses_its_renew(
+        self, harness: BackendHarness
+    ) -> None:
+        """The runtime's runner (through `anarchon.once`) sees its renew refused after a
+        takeover and fences itself within a heartbeat."""
+        require(harness, "leases", "fencing")
+        store = await self.open_lease(harness)
+        backup = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        async with anarchon.once(store, "f1", slot, lease="900ms", instance="runner") as run:
+            assert run is not None, "F1: the first claim of a fresh slot must win"
+            assert not run.fenced
+            await within(harness.force_expire("f1", slot))
+            taken = await within(backup.claim(self.request("f1", slot, lease_ms=60_000)))
+            assert taken.won and taken.attempt == 2, taken
+            await _until(lambda: run.fenced, 3.0, "F1: the runner to fence itself")
+            with pytest.raises(Fenced):
+                run.ensure_held()
+        after = await within(harness.raw_run("f1", slot))
+        assert after is not None and after.attempt == 2 and after.status is RunStatus.RUNNING, (
+            f"F1: the fenced runner's finish must be refused, got {after}"
+        )
+
+    @rule("F1")
+    @pytest.mark.asyncio
+    async def test_F1_runner_fences_itself_before_the_lease_can_pass(
+        self, harness: BackendHarness
+    ) -> None:
+        """Cut off from the store (through the kit's proxy), the runner fences itself before the
+        store would let a backup take over."""
+        require(harness, "leases", "fencing")
+        address = harness.address()
+        if address is None:
+            pytest.skip(
+                "not applicable: the store has no TCP connection (harness.address() is None)"
+            )
+        async with FaultProxy(*address) as proxy:
+            store = await self.open_lease(harness, address=proxy.address)
+            backup = await self.open_lease(harness)
+            slot = await self.current_slot(store)
+            body = once_body(store, slot)
+            async with body as run:
+                assert run is not None, "F1: the first claim of a fresh slot must win"
+                proxy.refuse()
+                proxy.drop_all()
+                await _until(lambda: run.fenced, 5.0, "F1: the cut-off runner to fence itself")
+                answer = await within(backup.claim(self.request("f1cut", slot)))
+                assert answer.outcome is Outcome.RUNNING, (
+                    "F1: the runner fenced itself only after the store let a backup take over "
+                    f"({answer})"
+                )
+                proxy.heal()
 
     @rule("F2")
     @pytest.mark.asyncio
@@ -129,3 +187,16 @@ class FencingTests(HarnessSuite):
                 assert run.fencing_token == fencing_token(slot, attempt)
                 seen.append(run.fencing_token)
         assert seen == sorted(set(seen)), f"F2: fencing tokens must grow strictly: {seen}"
+
+
+async def _until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def once_body(store: ClaimStore, slot: int) -> AbstractAsyncContextManager[Run | None]:
+    """A 3 s lease claimed by the runtime: its heartbeats go to `store`."""
+    return anarchon.once(store, "f1cut", slot, lease="3s", instance="runner")
