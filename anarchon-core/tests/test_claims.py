@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from anarchon import ClaimRequest, ConfigError, Overlap, fencing_token, new_token
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"attempts": 0}, "attempts must be an int from 1 to 999, got 0"),
+        ({"attempts": 1000}, "attempts must be an int from 1 to 999, got 1000"),
+        ({"slot": -1}, "slot must be an int >= 0, got -1"),
+        ({"lease_ms": 0}, "lease_ms must be a positive int, got 0"),
+        ({"max_late_ms": -5}, "max_late_ms must be an int >= 0, got -5"),
+        ({"token": "abc"}, "token must be 32 lowercase hex characters"),
+        ({"token": "G" * 32}, "token must be 32 lowercase hex characters"),
+        ({"overlap": "never"}, "'never' is not a valid Overlap"),
+        ({"job": "a b"}, "job name 'a b' contains ' '"),
+    ],
+)
+def test_claim_requests_are_validated(changes: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"job": "j", "slot": 0, "instance": "i", **changes}
+    with pytest.raises((ConfigError, ValueError)) as info:
+        ClaimRequest(**fields)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_defaults_and_tokens() -> None:
+    request = ClaimRequest(job="j", slot=5, instance="i")
+    assert request.overlap is Overlap.SKIP
+    assert len(request.token) == 32
+    assert new_token() != new_token()
+
+
+def test_fencing_token_grows_with_slot_then_attempt() -> None:
+    tokens = [fencing_token(slot, attempt) for slot in (1000, 2000) for attempt in (1, 2, 999)]
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == len(tokens)
+    assert fencing_token(4_102_444_800_000, 999) < 2**63
