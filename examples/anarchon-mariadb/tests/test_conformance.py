@@ -12,10 +12,10 @@ from typing import Any
 import aiomysql
 import pymysql
 import pytest
-from anarchon_mariadb import MariaDBOptions, MariaDBStore
 
 from anarchon import Capabilities, RunRecord, RunStatus, StoreURL
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
+from anarchon_mariadb import MariaDBOptions, MariaDBStore
 
 DEFAULT_URL = "mariadb://root@127.0.0.1:3306/test"
 COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"

@@ -93,6 +93,9 @@ class MariaDBStore(LeaseStore):
                 password=self.url.password or "",
                 db=self.url.path or "test",
                 autocommit=True,
+                # Count the rows an UPDATE matched, not only those it changed: a release in the
+                # same millisecond as the previous write changes nothing and must still be True.
+                client_flag=pymysql.constants.CLIENT.FOUND_ROWS,
                 minsize=1,
                 maxsize=self.options.pool_size,
                 connect_timeout=5,
