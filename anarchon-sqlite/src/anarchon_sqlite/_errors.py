@@ -6,7 +6,7 @@ import sqlite3
 
 from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable
 
-__all__ = ["translate"]
+__all__ = ["is_busy", "translate"]
 
 _BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _SETUP = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH")
@@ -25,6 +25,11 @@ def _code(exc: sqlite3.Error) -> str:
     if "not a database" in text or "malformed" in text or "no such" in text:
         return "SQLITE_CORRUPT"
     return "SQLITE_IOERR"
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """The file is locked by another connection: worth retrying."""
+    return _code(exc).startswith(_BUSY)
 
 
 def translate(exc: sqlite3.Error, path: str, *, busy_timeout_ms: int) -> AnarchonError:

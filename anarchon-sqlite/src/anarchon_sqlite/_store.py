@@ -76,6 +76,9 @@ class SQLiteStore(LeaseStore):
         self.path = database_path(url)
         self.clock: Clock = clock or wall_clock_ms
         self._worker = Worker(self.path, options.busy_timeout_ms)
+        # The lease holder's writes (renew, finish, release) have their own connection and
+        # thread, so a heartbeat never waits behind a queue of claims (F1 would fence it).
+        self._holder = Worker(self.path, options.busy_timeout_ms)
         self._steps = Steps(
             path=self.path,
             prefix=options.prefix,
@@ -117,8 +120,14 @@ class SQLiteStore(LeaseStore):
         `ConfigError` when the path cannot hold a database (missing directory, not writable),
         `StoreCorrupt` when the file is not SQLite or its anarchon tables were changed."""
         await self._worker.start()
+        try:
+            await self._holder.start()
+        except BaseException:
+            await self._worker.stop()
+            raise
 
     async def close(self) -> None:
+        await self._holder.stop()
         await self._worker.stop()
 
     async def now_ms(self) -> int:
@@ -137,17 +146,17 @@ class SQLiteStore(LeaseStore):
         return await self._worker.run(self._steps.check, request)
 
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
-        return await self._worker.run(self._steps.renew, job, slot, token, lease_ms)
+        return await self._holder.run(self._steps.renew, job, slot, token, lease_ms)
 
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
         if not status.finished:
             raise ValueError(f"finish needs a final status, got {status}")
-        return await self._worker.run(self._steps.finish, job, slot, token, status, error)
+        return await self._holder.run(self._steps.finish, job, slot, token, status, error)
 
     async def release(self, job: str, slot: int, token: str) -> bool:
-        return await self._worker.run(self._steps.release, job, slot, token)
+        return await self._holder.run(self._steps.release, job, slot, token)
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
