@@ -1,0 +1,76 @@
+"""Turn psycopg's exceptions into anarchon's errors, naming the server but never the password."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode
+
+import psycopg
+from psycopg import errors
+from psycopg_pool import PoolTimeout
+
+from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
+
+__all__ = ["RETRYABLE", "shown_url", "translate"]
+
+RETRYABLE = (errors.SerializationFailure, errors.DeadlockDetected, errors.UniqueViolation)
+"""Raised when the database's default isolation is REPEATABLE READ or SERIALIZABLE and two claims
+of one job meet; the statement rolled back, so it is resent as is."""
+
+
+def shown_url(url: StoreURL) -> str:
+    """The URL for messages: ``user:***@`` and any ``password=`` parameter hidden."""
+    text = str(url)
+    if "?" not in text:
+        return text
+    base, query = text.split("?", 1)
+    pairs = [
+        (k, "***" if k in ("password", "sslpassword") else v)
+        for k, v in parse_qsl(query, keep_blank_values=True)
+    ]
+    return f"{base}?{urlencode(pairs, safe='*')}"
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with every secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def translate(
+    exc: BaseException, where: str, secrets: tuple[str, ...], *, tables: str
+) -> AnarchonError:
+    """The anarchon error for `exc`, raised by an operation on the server at `where`."""
+    detail = scrub(" ".join(str(exc).split()), secrets)
+    if isinstance(exc, PoolTimeout):
+        return StoreUnavailable(
+            f"PostgreSQL at {where}: no connection within the pool timeout ({detail}); the server "
+            "may be down or every pooled connection busy; the claim may be resent with the same token"
+        )
+    if isinstance(exc, errors.InsufficientPrivilege):
+        return ConfigError(
+            f"PostgreSQL at {where}: permission denied ({detail}); the user needs USAGE and CREATE "
+            f"on the schema (CREATE on the database if the schema does not exist yet) and "
+            f"SELECT, INSERT, UPDATE, DELETE on {tables}"
+        )
+    if isinstance(exc, (errors.QueryCanceled, errors.LockNotAvailable)):
+        return StoreUnavailable(
+            f"PostgreSQL at {where}: the statement timed out ({detail}); another transaction may "
+            "hold the job's row lock; the claim may be resent with the same token, or raise "
+            "statement_timeout_ms"
+        )
+    if isinstance(
+        exc,
+        (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction, errors.DataError),
+    ):
+        return StoreCorrupt(
+            f"PostgreSQL at {where}: {tables} no longer look like anarchon's ({detail}); they "
+            "were changed while the store was open: reopen it to have them checked"
+        )
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
+        return StoreUnavailable(
+            f"PostgreSQL at {where} cannot be reached ({detail}); check host, port, user, "
+            "password (not shown), database and sslmode; a claim may be resent with the same token"
+        )
+    return StoreUnavailable(f"PostgreSQL at {where} failed ({type(exc).__name__}: {detail})")

@@ -1,0 +1,57 @@
+"""The quoted names of everything anarchon keeps in one schema, from the `table` option."""
+
+from __future__ import annotations
+
+import attrs
+from psycopg import sql
+
+__all__ = ["Names"]
+
+
+@attrs.frozen
+class Names:
+    """``<schema>.<table>`` (runs), ``<table>_jobs`` (one row per job: the claim lock and the
+    L11 floor), ``<table>_schema`` (the schema version) and the function ``<table>_claim``."""
+
+    schema: str
+    table: str
+
+    @property
+    def jobs_table(self) -> str:
+        return f"{self.table}_jobs"
+
+    @property
+    def version_table(self) -> str:
+        return f"{self.table}_schema"
+
+    @property
+    def function(self) -> str:
+        return f"{self.table}_claim"
+
+    @property
+    def tables(self) -> tuple[str, str, str]:
+        return (self.table, self.jobs_table, self.version_table)
+
+    @property
+    def runs(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.table)
+
+    @property
+    def jobs(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.jobs_table)
+
+    @property
+    def version(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.version_table)
+
+    @property
+    def claim(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.function)
+
+    def shown(self, name: str) -> str:
+        """How messages name a table: ``schema.table``."""
+        return f"{self.schema}.{name}"
+
+    def lock_key(self) -> str:
+        """The text hashed into the advisory lock that serializes schema creation."""
+        return f"anarchon:{self.schema}.{self.table}"

@@ -1,0 +1,157 @@
+"""The statements the store sends, and reading their rows back into anarchon's values.
+
+Nothing read from the server is trusted: a row with a value anarchon never writes (an unknown
+status, a missing lease) is `StoreCorrupt` naming the table, the job and the slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from psycopg import sql
+
+from anarchon import Claim, ClaimRequest, Outcome, RunRecord, RunStatus, StoreCorrupt
+from anarchon._leases import late_reason
+
+from ._names import Names
+
+__all__ = ["RUN_COLUMNS", "Statements", "claim_from_row", "run_from_row"]
+
+RUN_COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"
+NOW = "coalesce(%s::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
+"""The server's clock in epoch ms (T1); the parameter is None except under a test clock."""
+_KEY = "prefix = %s AND job = %s AND slot = %s"
+_HELD = _KEY + " AND token = %s AND status = 'running'"
+
+
+@attrs.frozen
+class Statements:
+    """Every statement of one store, composed once with its quoted names."""
+
+    claim: sql.Composed
+    claim_many: sql.Composed
+    read: sql.Composed
+    renew: sql.Composed
+    finish: sql.Composed
+    release: sql.Composed
+    history: sql.Composed
+    now: sql.SQL
+
+    @classmethod
+    def build(cls, names: Names) -> Statements:
+        runs = names.runs
+        args = sql.SQL(", ").join([sql.Placeholder()] * 13)
+        many_args = sql.SQL(
+            "%s, r.job, r.slot, r.token, r.holder, r.lease_ms, r.max_late_ms, r.skip, r.attempts, "
+            "r.keep_until, %s, %s, %s"
+        )
+        return cls(
+            claim=sql.SQL("SELECT * FROM {}({})").format(names.claim, args),
+            # One statement, one transaction: the jobs' row locks are taken in the order of the
+            # arrays, which the store sorts by job, so two batches never wait on each other in a
+            # cycle.
+            claim_many=sql.SQL(
+                "SELECT r.n, c.* FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], "
+                "%s::bigint[], %s::bigint[], %s::boolean[], %s::integer[], %s::bigint[]) "
+                "WITH ORDINALITY AS r(job, slot, token, holder, lease_ms, max_late_ms, skip, "
+                "attempts, keep_until, n) CROSS JOIN LATERAL {}({}) c"
+            ).format(names.claim, many_args),
+            read=sql.SQL(
+                "SELECT "
+                + NOW
+                + ", "
+                + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+                + " FROM (SELECT 1) AS one LEFT JOIN {} AS r ON r.prefix = %s AND r.job = %s "
+                "AND r.slot = %s"
+            ).format(runs),
+            renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + _HELD).format(
+                runs
+            ),
+            finish=sql.SQL(
+                "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + _HELD
+            ).format(runs),
+            release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + _HELD).format(
+                runs
+            ),
+            history=sql.SQL(
+                "SELECT " + RUN_COLUMNS + " FROM {} WHERE prefix = %s AND job = %s "
+                "ORDER BY slot DESC LIMIT %s"
+            ).format(runs),
+            now=sql.SQL("SELECT " + NOW),
+        )
+
+
+def _int(value: Any, *, optional: bool) -> bool:
+    return (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
+    """Read a row selected with `RUN_COLUMNS`; `where` names the table for the error message."""
+    slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error = row
+    name = f"run of job {job!r} at slot {slot!r} in {where}"
+    try:
+        parsed = RunStatus(status)
+    except ValueError:
+        raise StoreCorrupt(
+            f"{name} has status {status!r}, which anarchon never writes (expected one of "
+            + ", ".join(s.value for s in RunStatus)
+            + "); remove or repair the row"
+        ) from None
+    if not (_int(attempt, optional=False) and attempt >= 1):
+        raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= 1")
+    if parsed is RunStatus.RUNNING and lease_until is None:
+        raise StoreCorrupt(f"{name} is running with no lease_until")
+    return RunRecord(
+        job=job,
+        slot=slot,
+        status=parsed,
+        attempt=attempt,
+        token=token,
+        holder=holder,
+        claimed_at=claimed_at,
+        lease_until=lease_until,
+        finished_at=finished_at,
+        error=error,
+    )
+
+
+def claim_from_row(row: tuple[Any, ...], request: ClaimRequest, where: str) -> Claim:
+    """The `Claim` for one row of the claim function (see `_function`), with memory://'s words."""
+    outcome, attempt, token, holder, lease_until, status, now, floor = row
+    if outcome == "late":
+        reason = late_reason(request, now, floor) or "late"
+        return Claim(outcome=Outcome.LATE, reason=reason)
+    if outcome == "overlap":
+        return Claim(
+            outcome=Outcome.OVERLAP,
+            reason="another run of this job holds a live lease and overlap is 'skip'",
+        )
+    if outcome in ("won", "running"):
+        return Claim(
+            outcome=Outcome(outcome),
+            attempt=attempt,
+            token=token,
+            holder=holder,
+            lease_until=lease_until,
+        )
+    if outcome == "done":
+        try:
+            reason = f"run {RunStatus(status)}"
+        except ValueError:
+            raise StoreCorrupt(
+                f"run of job {request.job!r} at slot {request.slot} in {where} has status "
+                f"{status!r}, which anarchon never writes; remove or repair the row"
+            ) from None
+    elif outcome == "interrupted":
+        reason = "run interrupted: the last attempt's lease ran out"
+    else:
+        raise StoreCorrupt(f"the claim function in {where} answered {outcome!r}; reopen the store")
+    return Claim(
+        outcome=Outcome.DONE,
+        attempt=attempt,
+        token=token,
+        holder=holder,
+        lease_until=lease_until,
+        reason=reason,
+    )

@@ -1,0 +1,230 @@
+"""The tables and the claim function, created once under an advisory lock and checked on open.
+
+The usual open is one catalog read: every table there, with our columns, at our version, and the
+function present. Otherwise one transaction takes ``pg_advisory_xact_lock`` (concurrent
+``CREATE TABLE IF NOT EXISTS`` can fail, and many instances start at once), looks again, and
+creates what is missing, or migrates an older version forward. Tables that exist but are not
+ours (a missing or unknown column, a newer version, some tables without the others) are never
+touched: opening raises `StoreCorrupt` naming the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from psycopg import AsyncConnection, IsolationLevel, sql
+
+from anarchon import StoreCorrupt
+
+from ._function import ARGUMENT_TYPES, create_function
+from ._names import Names
+
+__all__ = ["COMPONENT", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema"]
+
+SCHEMA_VERSION = 1
+COMPONENT = "postgres"
+
+Statements = Callable[[Names], Sequence[sql.Composed]]
+
+MIGRATIONS: dict[int, Statements] = {}
+"""Forward migrations: ``MIGRATIONS[n]`` takes the schema from version n to n + 1 (run in order,
+in the creating transaction, under the advisory lock; each release that changes the schema adds
+one and bumps `SCHEMA_VERSION`). The claim function is always recreated after migrating."""
+
+# table -> {column: type as format_type() shows it}, in order
+_RUNS = {
+    "prefix": "text",
+    "job": "text",
+    "slot": "bigint",
+    "status": "text",
+    "attempt": "integer",
+    "token": "text",
+    "holder": "text",
+    "claimed_at": "bigint",
+    "lease_until": "bigint",
+    "finished_at": "bigint",
+    "error": "text",
+    "keep_until": "bigint",
+}
+_JOBS = {"prefix": "text", "job": "text", "floor": "bigint"}
+_VERSION = {"component": "text", "version": "integer"}
+
+
+def _columns(names: Names) -> dict[str, dict[str, str]]:
+    return {names.table: _RUNS, names.jobs_table: _JOBS, names.version_table: _VERSION}
+
+
+def _create(names: Names) -> list[sql.Composed]:
+    return [
+        sql.SQL(
+            """CREATE TABLE {runs} (
+                prefix text NOT NULL,
+                job text NOT NULL,
+                slot bigint NOT NULL,
+                status text NOT NULL,
+                attempt integer NOT NULL,
+                token text NOT NULL,
+                holder text NOT NULL,
+                claimed_at bigint,
+                lease_until bigint,
+                finished_at bigint,
+                error text,
+                keep_until bigint NOT NULL,
+                PRIMARY KEY (prefix, job, slot)
+            )"""
+        ).format(runs=names.runs),
+        # L1 overlap: "another slot of the job running with lease_until >= now" is one seek.
+        sql.SQL(
+            "CREATE INDEX {index} ON {runs} (prefix, job, lease_until) WHERE status = 'running'"
+        ).format(index=sql.Identifier(f"{names.table}_live"), runs=names.runs),
+        sql.SQL(
+            """CREATE TABLE {jobs} (
+                prefix text NOT NULL,
+                job text NOT NULL,
+                floor bigint,
+                PRIMARY KEY (prefix, job)
+            )"""
+        ).format(jobs=names.jobs),
+        sql.SQL(
+            """CREATE TABLE {version} (
+                component text NOT NULL PRIMARY KEY,
+                version integer NOT NULL
+            )"""
+        ).format(version=names.version),
+        sql.SQL("INSERT INTO {version} (component, version) VALUES ({c}, {v})").format(
+            version=names.version, c=sql.Literal(COMPONENT), v=sql.Literal(SCHEMA_VERSION)
+        ),
+    ]
+
+
+_CATALOG = """
+SELECT c.relname, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod)
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname = %s AND c.relname = ANY(%s)
+ORDER BY c.relname, a.attnum
+"""
+
+
+async def _catalog(
+    conn: AsyncConnection[tuple[object, ...]], names: Names
+) -> dict[str, list[tuple[str, str]]]:
+    """Our tables that exist: name -> [(column, type)], or a list with ('', kind) for a non-table."""
+    cur = await conn.execute(_CATALOG, (names.schema, list(names.tables)))
+    found: dict[str, list[tuple[str, str]]] = {}
+    for relname, kind, column, kind_of in await cur.fetchall():
+        entry = found.setdefault(str(relname), [])
+        if kind not in ("r", "p"):
+            entry.append(("", f"relkind {kind}"))
+        elif column is not None:
+            entry.append((str(column), str(kind_of)))
+    return found
+
+
+async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
+    """Create or check the schema on `conn` (autocommit). See the module docstring."""
+    found = await _catalog(conn, names)
+    if len(found) == len(names.tables):
+        _verify_tables(found, names)
+        version = await _version(conn, names)
+        if version == SCHEMA_VERSION and await _has_function(conn, names):
+            return
+    await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)  # the catalog after the lock
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s)::bigint)", (names.lock_key(),)
+        )
+        found = await _catalog(conn, names)
+        if not found:
+            await _create_all(conn, names)
+            return
+        _verify_tables(found, names)
+        version = await _version(conn, names)
+        if version < SCHEMA_VERSION:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step](names):
+                    await conn.execute(statement)
+            await conn.execute(
+                sql.SQL("UPDATE {version} SET version = %s WHERE component = %s").format(
+                    version=names.version
+                ),
+                (SCHEMA_VERSION, COMPONENT),
+            )
+            await conn.execute(create_function(names))
+        elif not await _has_function(conn, names):
+            # Code, not data: recreating a dropped function overwrites nothing.
+            await conn.execute(create_function(names))
+
+
+async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
+    exists = await conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (names.schema,)
+    )
+    if await exists.fetchone() is None:
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(names.schema)))
+    for statement in _create(names):
+        await conn.execute(statement)
+    await conn.execute(create_function(names))
+
+
+def _verify_tables(found: dict[str, list[tuple[str, str]]], names: Names) -> None:
+    fix = (
+        "it was not created by this anarchon-postgres; use another table= or schema= option, "
+        "or drop the anarchon tables if they hold nothing you need"
+    )
+    for table, columns in _columns(names).items():
+        where = f"table {names.shown(table)}"
+        if table not in found:
+            raise StoreCorrupt(f"{where} is missing while other anarchon tables exist; {fix}")
+        have = dict(found[table])
+        if "" in have:
+            raise StoreCorrupt(f"{where} is not a table ({have['']}); {fix}")
+        problems = []
+        missing = [c for c in columns if c not in have]
+        extra = [c for c in have if c not in columns]
+        wrong = [f"{c} ({have[c]})" for c in columns if c in have and have[c] != columns[c]]
+        if missing:
+            problems.append("missing column(s) " + ", ".join(missing))
+        if extra:
+            problems.append("unknown column(s) " + ", ".join(extra))
+        if wrong:
+            problems.append("column(s) of the wrong type " + ", ".join(wrong))
+        if problems:
+            raise StoreCorrupt(f"{where} has {' and '.join(problems)}; {fix}")
+
+
+async def _version(conn: AsyncConnection[tuple[object, ...]], names: Names) -> int:
+    cur = await conn.execute(
+        sql.SQL("SELECT version FROM {version} WHERE component = %s").format(version=names.version),
+        (COMPONENT,),
+    )
+    rows = await cur.fetchall()
+    where = f"table {names.shown(names.version_table)}"
+    if len(rows) != 1 or not isinstance(rows[0][0], int):
+        raise StoreCorrupt(
+            f"{where} has {len(rows)} rows for component {COMPONENT!r} (expected one with the "
+            f"schema version); anarchon does not touch it: repair the row or use another table="
+        )
+    version = rows[0][0]
+    if version > SCHEMA_VERSION:
+        raise StoreCorrupt(
+            f"{where} says schema version {version}; this anarchon-postgres reads version "
+            f"{SCHEMA_VERSION}: upgrade anarchon-postgres on every instance"
+        )
+    if version < 1 or (
+        version < SCHEMA_VERSION
+        and any(step not in MIGRATIONS for step in range(version, SCHEMA_VERSION))
+    ):
+        raise StoreCorrupt(
+            f"{where} says schema version {version}, which no release of anarchon-postgres "
+            f"wrote or can migrate to version {SCHEMA_VERSION}; repair the row or use another table="
+        )
+    return version
+
+
+async def _has_function(conn: AsyncConnection[tuple[object, ...]], names: Names) -> bool:
+    signature = sql.SQL("{}({})").format(names.claim, sql.SQL(ARGUMENT_TYPES)).as_string(conn)
+    cur = await conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,))
+    row = await cur.fetchone()
+    return row is not None and bool(row[0])
