@@ -456,3 +456,27 @@ async def test_once_late_slot_is_not_run() -> None:
         assert run is None
     assert store.raw_run("old", 1000) is None
     assert Outcome.LATE.value == "late"
+
+
+async def test_T5_a_day_long_forward_jump_skips_late_slots_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ShiftedClock()
+    store = MemoryStore.create(clock=clock.wall_ms)
+    s = scheduler(store, "a", clock=clock, clock_skew="100ms")
+    slots: list[int] = []
+
+    @s.job("* * * * * *", max_late="2s", overlap="allow")
+    def tick(run: Run) -> None:
+        slots.append(run.slot)
+
+    with caplog.at_level(logging.INFO, logger="anarchon.scheduler"):
+        async with s:
+            await eventually(lambda: len(slots) >= 1, 5)
+            clock.offset_ms += 86_400_000
+            jumped = clock.wall_ms()
+            await eventually(lambda: max(slots) >= jumped, 5, "a slot after the jump")
+    after = [slot for slot in slots if slot > jumped - 86_400_000]
+    assert all(slot >= jumped - 2_100 - 1000 for slot in after), "a late slot was claimed"
+    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 1, [r.getMessage() for r in skipped]

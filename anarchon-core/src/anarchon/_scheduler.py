@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from typing_extensions import Self
 
-from ._claiming import Claimer, StoreHealth
+from ._claiming import TRANSPORT_ERRORS, Claimer, StoreHealth
 from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
 from ._clock import LocalClock, StoreClock, SystemClock
 from ._config import Settings, load_settings
@@ -318,7 +318,20 @@ class Scheduler:
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """Background tasks never fail silently: store errors count as an outage, anything else
+        is logged with its traceback."""
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        assert exc is not None
+        if isinstance(exc, TRANSPORT_ERRORS):
+            self.health.failed(task.get_name(), exc)
+        else:
+            log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
 
     async def _dispatch(self) -> None:
         """One timer for all jobs: sleep on the monotonic clock until the earliest slot is reached
@@ -342,24 +355,27 @@ class Scheduler:
             if wait_ms > 0:
                 await asyncio.sleep(min(wait_ms / 1000, MAX_SLEEP_S))
                 continue
-            due: list[JobSpec] = []
+            now = self.store_clock.now_ms()
+            fresh: list[JobSpec] = []
             while heap and heap[0][0] == slot:
                 _, name = heapq.heappop(heap)
                 spec = self.jobs[name]
-                due.append(spec)
-                heapq.heappush(heap, (schedules[name].next_slot(slot), name))
-            now = self.store_clock.now_ms()
-            fresh = [s for s in due if now - slot <= s.max_late_ms + self.settings.clock_skew_ms]
-            for spec in due:
-                if spec not in fresh:
-                    log.info(
-                        "slot %s of job %s skipped: %d ms late (max_late %d ms)",
-                        slot,
-                        spec.name,
-                        now - slot,
-                        spec.max_late_ms,
-                        extra={"job": spec.name, "slot": slot, "outcome": "late"},
-                    )
+                horizon = now - spec.max_late_ms - self.settings.clock_skew_ms
+                if slot >= horizon:
+                    fresh.append(spec)
+                    heapq.heappush(heap, (schedules[name].next_slot(slot), name))
+                    continue
+                # Late (a forward clock jump, or a stalled loop): skip every late slot at once.
+                resume = schedules[name].next_slot(horizon - 1)
+                log.info(
+                    "job %s: slots from %s to before %s skipped: later than max_late (%d ms)",
+                    spec.name,
+                    slot,
+                    resume,
+                    spec.max_late_ms,
+                    extra={"job": spec.name, "slot": slot, "outcome": "late"},
+                )
+                heapq.heappush(heap, (resume, name))
             if fresh:
                 self._spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
 
