@@ -1,1 +1,27 @@
-"""anarchon-redis."""
+"""anarchon-redis: ``redis://`` and ``rediss://`` claim stores, four strategies.
+
+``strategy=lease`` (default) decides L1-L11 in one Lua script on Redis TIME, with leases and
+fencing; ``stream-id``, ``idmp`` (Redis 8.6+) and ``script`` are no-lease strategies on a stream
+per job. `anarchon_redis.testing` holds the conformance backdoors.
+"""
+
+from __future__ import annotations
+
+from ._idmp import IdmpStore
+from ._keys import JobKeys
+from ._lease import RedisLeaseStore
+from ._options import STRATEGIES, RedisOptions
+from ._script import ScriptStore
+from ._store import RedisStore
+from ._stream_id import StreamIdStore
+
+__all__ = [
+    "STRATEGIES",
+    "IdmpStore",
+    "JobKeys",
+    "RedisLeaseStore",
+    "RedisOptions",
+    "RedisStore",
+    "ScriptStore",
+    "StreamIdStore",
+]

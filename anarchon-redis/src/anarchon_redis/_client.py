@@ -1,0 +1,149 @@
+"""The connection to Redis: building the redis-py client, loading scripts, and turning driver
+exceptions into anarchon's errors (DESIGN 11)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from importlib.resources import files
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from anarchon import AnarchonError, StoreCorrupt, StoreUnavailable, StoreURL
+
+from ._keys import JobKeys
+
+__all__ = ["Script", "check_types", "make_client", "server_now_ms", "translated"]
+
+T = TypeVar("T")
+
+OPEN_TRIES = 3
+"""`open` tries to reach the server this often (0.2 s apart) before it gives up."""
+
+
+def make_client(url: StoreURL, timeout_ms: int) -> aioredis.Redis:
+    """A client for `url` without anarchon's query options. No automatic retries: a claim that
+    fails on the wire is resent by the scheduler with the same token (C2), and renew / finish /
+    release must not be applied twice behind the caller's back."""
+    seconds = timeout_ms / 1000
+    return aioredis.Redis.from_url(
+        url.without_query(),
+        socket_timeout=seconds,
+        socket_connect_timeout=seconds,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+        client_name="anarchon",
+    )
+
+
+async def ping(client: aioredis.Redis, url: StoreURL) -> None:
+    for attempt in range(OPEN_TRIES):
+        try:
+            await client.ping()
+            return
+        except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+            if attempt == OPEN_TRIES - 1:
+                raise StoreUnavailable(
+                    f"Redis at {url} did not answer after {OPEN_TRIES} tries ({exc}): is the server "
+                    "running and the URL right (redis://host:6379/0, rediss:// for TLS)?"
+                ) from None
+            await asyncio.sleep(0.2)
+        except rex.AuthenticationError as exc:
+            raise StoreUnavailable(f"Redis at {url} refused the credentials: {exc}") from None
+
+
+def _script_source(name: str) -> str:
+    return files("anarchon_redis").joinpath("_scripts").joinpath(name).read_text(encoding="utf-8")
+
+
+class Script:
+    """A Lua script from ``_scripts/``: loaded once at `open`, run with EVALSHA, sent whole again
+    when the server answers NOSCRIPT (a restart or SCRIPT FLUSH forgot it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = _script_source(name)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # Redis names scripts by SHA1
+
+    async def load(self, client: aioredis.Redis) -> None:
+        await client.script_load(self.source)
+
+    async def __call__(self, client: aioredis.Redis, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except rex.NoScriptError:
+            return await client.eval(self.source, len(keys), *keys, *args)
+
+
+async def server_now_ms(client: aioredis.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@contextmanager
+def translated(url: StoreURL, keys: JobKeys | None = None) -> Iterator[None]:
+    """Driver errors as anarchon errors: transport failures are `StoreUnavailable` (the claim may
+    be resent), our scripts' corruption reports and WRONGTYPE are `StoreCorrupt`."""
+    try:
+        yield
+    except AnarchonError:
+        raise
+    except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+        raise StoreUnavailable(f"Redis at {url} failed: {exc}") from None
+    except rex.ResponseError as exc:
+        text = str(exc)
+        if "ANARCHON-CORRUPT" in text:
+            detail = text.split("ANARCHON-CORRUPT", 1)[1].split(" script:")[0].strip()
+            raise StoreCorrupt(
+                f"Redis at {url}: {detail}; anarchon did not write this: remove the key or use "
+                "another prefix"
+            ) from None
+        if "WRONGTYPE" in text:
+            raise StoreCorrupt(
+                f"Redis at {url}: a key of job {keys.job!r} holds another type than anarchon "
+                f"writes ({text.split(' script:')[0]})"
+                if keys
+                else f"Redis at {url}: {text}"
+            ) from None
+        raise
+
+
+async def check_types(
+    client: aioredis.Redis, url: StoreURL, keys: JobKeys, wanted: list[str]
+) -> None:
+    """After a WRONGTYPE: name the key that holds foreign data (DESIGN 11)."""
+    expected = keys.expected_types()
+    pipe = client.pipeline(transaction=False)
+    for key in wanted:
+        pipe.type(key)
+    with translated(url):
+        found = await pipe.execute()
+    for key, kind in zip(wanted, found, strict=True):
+        if kind != "none" and kind != expected[key]:
+            raise StoreCorrupt(
+                f"Redis key {key} at {url} is a {kind}, anarchon keeps a {expected[key]} there: "
+                "another program uses this key; remove it or use another prefix"
+            )
+
+
+async def guarded(
+    client: aioredis.Redis,
+    url: StoreURL,
+    keys: JobKeys,
+    wanted: list[str],
+    call: Callable[[], Awaitable[T]],
+) -> T:
+    """Run `call` with errors translated; a WRONGTYPE is reported with the offending key's name."""
+    try:
+        with translated(url, keys):
+            return await call()
+    except StoreCorrupt as exc:
+        if "holds another type" in str(exc):
+            await check_types(client, url, keys, wanted)
+        raise

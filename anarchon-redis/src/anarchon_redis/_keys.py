@@ -1,0 +1,70 @@
+"""The keys of one job. All share the hash tag ``{prefix:job}``, so they live in one cluster hash
+slot and every script touches a single slot (Redis Cluster safe)."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["JobKeys"]
+
+
+@attrs.frozen
+class JobKeys:
+    """``{prefix:job}:runs`` and friends; see the README's "Keys" section."""
+
+    prefix: str
+    job: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.prefix}:{self.job}}}"
+
+    @property
+    def runs(self) -> str:
+        """lease: hash, slot -> the run as JSON."""
+        return f"{self.tag}:runs"
+
+    @property
+    def slots(self) -> str:
+        """lease: sorted set of the job's slots (score = slot), for history and retention."""
+        return f"{self.tag}:slots"
+
+    @property
+    def leases(self) -> str:
+        """lease: sorted set of running slots (score = lease end), for the overlap rule."""
+        return f"{self.tag}:leases"
+
+    @property
+    def floor(self) -> str:
+        """lease: string, the newest slot ever forgotten (L11)."""
+        return f"{self.tag}:floor"
+
+    @property
+    def events(self) -> str:
+        """lease: stream, one entry per claim, takeover and finish (trimmed to history_limit)."""
+        return f"{self.tag}:events"
+
+    @property
+    def claims(self) -> str:
+        """stream-id, idmp, script: the claim stream, one entry per won slot."""
+        return f"{self.tag}:claims"
+
+    @property
+    def idmp_config(self) -> str:
+        """idmp: string, the IDMP-DURATION and IDMP-MAXSIZE chosen for ``:claims``."""
+        return f"{self.tag}:idmp-config"
+
+    def lease_keys(self) -> list[str]:
+        return [self.runs, self.slots, self.leases, self.floor, self.events]
+
+    def expected_types(self) -> dict[str, str]:
+        """Every key of the job with the Redis type anarchon gives it."""
+        return {
+            self.runs: "hash",
+            self.slots: "zset",
+            self.leases: "zset",
+            self.floor: "string",
+            self.events: "stream",
+            self.claims: "stream",
+            self.idmp_config: "string",
+        }

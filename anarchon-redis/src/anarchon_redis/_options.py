@@ -1,0 +1,113 @@
+"""Options of `redis://` and `rediss://`: the strategy and what each strategy needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from anarchon import ConfigError, DurationMs, StoreOptions
+
+__all__ = [
+    "DEFAULT_DURATION_SEC",
+    "DEFAULT_MAXSIZE",
+    "DEFAULT_WINDOW_MS",
+    "STRATEGIES",
+    "RedisOptions",
+]
+
+STRATEGIES = ("lease", "stream-id", "idmp", "script")
+DEFAULT_DURATION_SEC = 600
+"""idmp: how long Redis remembers a (job, slot) idempotency key, unless `duration_sec` is given."""
+DEFAULT_MAXSIZE = 1000
+"""idmp: idempotency keys Redis keeps per job, unless `maxsize` is given."""
+DEFAULT_WINDOW_MS = 600_000
+"""script: how far back the claim script looks for a slot, unless `window_ms` is given."""
+MAX_WINDOW_MS = 86_400_000
+
+
+def _check_strategy(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in STRATEGIES:
+        raise ConfigError(
+            f"strategy must be one of {', '.join(STRATEGIES)}, got {value!r} "
+            "(lease is the default: leases, takeover and fencing)"
+        )
+
+
+def _bounded(name: str, low: int, high: int, unit: str = "") -> Any:
+    def check(_: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{name} must be from {low} to {high}{unit}, got {value!r}")
+
+    return check
+
+
+_ONLY = {
+    "duration_sec": ("idmp",),
+    "maxsize": ("idmp",),
+    "window_ms": ("script",),
+    "maxlen": ("stream-id", "idmp"),
+}
+
+
+@attrs.frozen(kw_only=True)
+class RedisOptions(StoreOptions):
+    """Options of the Redis store (URL query parameters or keyword arguments of `connect`)."""
+
+    strategy: str = attrs.field(default="lease", validator=_check_strategy)
+    """How a claim is decided: ``lease`` (Lua script with leases and fencing), ``stream-id``
+    (``XADD`` with the slot as entry ID), ``idmp`` (``XADD ... IDMP``, Redis 8.6+) or ``script``
+    (a Lua scan of the stream's last `window_ms`)."""
+    duration_sec: int | None = attrs.field(
+        default=None,
+        validator=_bounded("duration_sec", 1, 86_400, " s"),
+    )
+    """idmp: ``IDMP-DURATION``, seconds Redis remembers a claim (default 600)."""
+    maxsize: int | None = attrs.field(
+        default=None,
+        validator=_bounded("maxsize", 1, 10_000),
+    )
+    """idmp: ``IDMP-MAXSIZE``, claims Redis remembers per job (default 1000)."""
+    window_ms: DurationMs | None = attrs.field(
+        default=None,
+        validator=_bounded("window_ms", 1, MAX_WINDOW_MS, " ms (one day)"),
+    )
+    """script: how far back the claim looks for the slot, and how long it remembers a claim
+    (default 10 minutes)."""
+    maxlen: int | None = attrs.field(
+        default=None,
+        validator=_bounded("maxlen", 1, 10_000_000),
+    )
+    """stream-id and idmp: entries kept in each job's claim stream (exact trimming on every
+    claim); default `history_limit`."""
+    timeout_ms: DurationMs = attrs.field(
+        default=DurationMs(5000),
+        validator=_bounded("timeout_ms", 1, 600_000, " ms"),
+    )
+    """How long one command (or a connect) may take before it fails with `StoreUnavailable`."""
+
+    def __attrs_post_init__(self) -> None:
+        for name, strategies in _ONLY.items():
+            if getattr(self, name) is not None and self.strategy not in strategies:
+                raise ConfigError(
+                    f"option {name} applies only to strategy={' or strategy='.join(strategies)}, "
+                    f"not strategy={self.strategy}: remove it or change the strategy"
+                )
+
+    @property
+    def idmp_duration_sec(self) -> int:
+        return self.duration_sec if self.duration_sec is not None else DEFAULT_DURATION_SEC
+
+    @property
+    def idmp_maxsize(self) -> int:
+        return self.maxsize if self.maxsize is not None else DEFAULT_MAXSIZE
+
+    @property
+    def script_window_ms(self) -> int:
+        return self.window_ms if self.window_ms is not None else DEFAULT_WINDOW_MS
+
+    @property
+    def stream_maxlen(self) -> int:
+        return self.maxlen if self.maxlen is not None else self.history_limit

@@ -1,0 +1,114 @@
+"""Backdoors for tests and the conformance kit: read and age what Redis holds with plain
+commands on the caller's own client, bypassing the store classes (an independent oracle).
+
+`client` is a ``redis.asyncio.Redis`` created with ``decode_responses=True``; `prefix` is the
+store's prefix option.
+
+* `raw_run(client, prefix, job, slot)`: the lease run as stored, or None.
+* `raw_claim(client, prefix, job, slot)`: a no-lease strategy's claim of the slot, or None.
+* `force_expire(client, prefix, job, slot)`: set the run's ``lease_until`` to Redis' now - 1.
+* `set_run_field(client, prefix, job, slot, name, value)`: change one field of a stored run.
+* `floor(client, prefix, job)`: the job's forgotten floor (L11), or None.
+* `delete_prefix(client, prefix)`: delete every key of a prefix (SCAN, never FLUSHALL).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from anarchon import RunRecord, RunStatus
+
+from ._keys import JobKeys
+from ._runs import run_from_json
+from ._streams import parse_entry
+
+__all__ = [
+    "delete_prefix",
+    "floor",
+    "force_expire",
+    "missing_server_reason",
+    "private_server_url",
+    "raw_claim",
+    "raw_run",
+    "set_run_field",
+]
+
+
+async def raw_run(client: aioredis.Redis, prefix: str, job: str, slot: int) -> RunRecord | None:
+    keys = JobKeys(prefix, job)
+    raw: Any = await client.hget(keys.runs, str(slot))
+    return None if raw is None else run_from_json(raw, job, slot, keys.runs)
+
+
+async def raw_claim(client: aioredis.Redis, prefix: str, job: str, slot: int) -> RunRecord | None:
+    keys = JobKeys(prefix, job)
+    entries: Any = await client.xrange(keys.claims)
+    for entry in entries:
+        entry_id, found, token, holder = parse_entry(entry, keys.claims)
+        if found == slot:
+            return RunRecord(
+                job=job,
+                slot=slot,
+                status=RunStatus.CLAIMED,
+                attempt=1,
+                token=token,
+                holder=holder,
+                claimed_at=int(entry_id.split("-")[0]),
+            )
+    return None
+
+
+async def set_run_field(
+    client: aioredis.Redis, prefix: str, job: str, slot: int, name: str, value: Any
+) -> None:
+    """HSET the run with one field changed (and its entry in ``:leases`` when it is the lease)."""
+    keys = JobKeys(prefix, job)
+    raw = await client.hget(keys.runs, str(slot))
+    if raw is None:
+        raise KeyError(f"no run ({job}, {slot}) under prefix {prefix!r}")
+    run = json.loads(raw)
+    run[name] = value
+    await client.hset(keys.runs, str(slot), json.dumps(run))
+    if name == "lease_until" and run.get("status") == "running":
+        await client.zadd(keys.leases, {str(slot): value})
+
+
+async def force_expire(client: aioredis.Redis, prefix: str, job: str, slot: int) -> None:
+    seconds, micros = await client.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    await set_run_field(client, prefix, job, slot, "lease_until", now - 1)
+
+
+async def floor(client: aioredis.Redis, prefix: str, job: str) -> int | None:
+    value = await client.get(JobKeys(prefix, job).floor)
+    return None if value is None else int(value)
+
+
+async def delete_prefix(client: aioredis.Redis, prefix: str) -> int:
+    deleted = 0
+    async for key in client.scan_iter(match=f"{{{prefix}:*", count=500):
+        deleted += await client.delete(key)
+    return deleted
+
+
+def private_server_url(kind: str) -> str | None:
+    """URL of a private server of `kind` (``redis86`` for idmp, ``valkey``), started on a free
+    port on first use and stopped at exit; None when ``scripts/redis-servers`` has not installed
+    its binary."""
+    from ._servers import private_server
+
+    server = private_server(kind)
+    return None if server is None else server.url
+
+
+def missing_server_reason(kind: str) -> str:
+    from ._servers import BINARIES
+
+    variable, relative = BINARIES[kind]
+    return (
+        f"{kind} server not installed: run scripts/redis-servers (installs .cache/servers/"
+        f"{relative}) or set {variable}"
+    )

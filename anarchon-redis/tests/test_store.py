@@ -1,0 +1,110 @@
+"""Building and opening stores: one factory, one class per strategy, URLs, errors, the README."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import redis.asyncio as aioredis
+
+import anarchon
+from anarchon import ConfigError, LeaseStore, StoreUnavailable, SupportsClaimMany
+from anarchon_redis import (
+    IdmpStore,
+    RedisLeaseStore,
+    RedisStore,
+    ScriptStore,
+    StreamIdStore,
+    testing,
+)
+
+if TYPE_CHECKING:
+    from conftest import Env
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize(
+    ("query", "cls", "lease"),
+    [
+        ("", RedisLeaseStore, True),
+        ("?strategy=lease", RedisLeaseStore, True),
+        ("?strategy=stream-id", StreamIdStore, False),
+        ("?strategy=idmp&duration_sec=60", IdmpStore, False),
+        ("?strategy=script&window_ms=2m", ScriptStore, False),
+    ],
+)
+def test_one_factory_builds_the_class_of_the_strategy(query: str, cls: type, lease: bool) -> None:
+    store = anarchon.create_store("redis://u:secret@127.0.0.1:6379/0" + query)
+    assert type(store) is cls and isinstance(store, RedisStore)
+    assert isinstance(store, LeaseStore) is lease
+    assert isinstance(store, SupportsClaimMany) is lease
+    assert store.capabilities.leases is lease and store.capabilities.self_recognition
+    assert "secret" not in repr(store) and "***" in repr(store)
+
+
+def test_remembers_ms_follows_the_options() -> None:
+    def remembers(query: str) -> int | None:
+        return anarchon.create_store("redis://127.0.0.1/0" + query).capabilities.remembers_ms
+
+    assert remembers("") is None
+    assert remembers("?strategy=stream-id&maxlen=10") is None
+    assert remembers("?strategy=idmp") == 600_000
+    assert remembers("?strategy=idmp&duration_sec=90") == 90_000
+    assert remembers("?strategy=script") == 600_000
+    assert remembers("?strategy=script&window_ms=1500ms") == 1500
+
+
+def test_rediss_is_accepted_and_bad_paths_are_not() -> None:
+    assert isinstance(anarchon.create_store("rediss://127.0.0.1:6380/1"), RedisLeaseStore)
+    with pytest.raises(ConfigError, match="database number"):
+        anarchon.create_store("redis://127.0.0.1/zero")
+
+
+async def test_unreachable_server_is_store_unavailable_without_password() -> None:
+    with pytest.raises(StoreUnavailable, match=r"did not answer") as info:
+        await anarchon.connect("redis://u:hunter2@127.0.0.1:1/0?timeout_ms=200")
+    assert "hunter2" not in str(info.value)
+
+
+async def test_store_must_be_open(env: Env) -> None:
+    store = RedisStore.create(env.url, prefix=env.prefix)
+    with pytest.raises(RuntimeError, match="not open"):
+        await store.now_ms()
+    await store.open()
+    await store.open()  # idempotent
+    await store.close()
+    await store.close()
+
+
+def test_readme_example_runs(env: Env) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    assert blocks
+    code = blocks[0].replace("redis://127.0.0.1:6379/0", env.url).replace("readme", env.prefix)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "won"
+
+
+def test_private_server_binaries_are_found_or_explained() -> None:
+    for kind in ("redis86", "valkey"):
+        assert "scripts/redis-servers" in testing.missing_server_reason(kind)
+
+
+async def test_env_cleanup_deletes_only_its_prefix(env: Env) -> None:
+    store = await env.store("script")
+    await store.claim(env.request("job", await env.slot()))
+    other = aioredis.Redis.from_url(env.url, decode_responses=True)
+    try:
+        await other.set("{unrelated:job}:x", "keep")
+        assert await testing.delete_prefix(other, env.prefix) == 1
+        assert await other.get("{unrelated:job}:x") == "keep"
+    finally:
+        await other.delete("{unrelated:job}:x")
+        await other.aclose()

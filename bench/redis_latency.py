@@ -1,0 +1,87 @@
+"""Latency of a Redis claim, per strategy, against PING on the same connection.
+
+Median and p99 of N (default 2,000) sequential calls of each kind, interleaved, all through the
+store's own redis-py client, so the client, the driver and the network are the same:
+
+* ping: ``PING`` (one round trip, no work: the floor);
+* won: a claim of a new slot each time;
+* lost: a claim of a slot another token holds.
+
+Strategies: lease, stream-id, script on ``ANARCHON_TEST_REDIS_URL`` (default
+``redis://127.0.0.1:6379/0``); idmp on a private Redis 8.6 when ``scripts/redis-servers`` has
+installed it. Run: ``.venv/bin/python bench/redis_latency.py [N]``. Target: <= 1.3x PING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from anarchon import ClaimRequest, Overlap
+from anarchon_redis import RedisStore, testing
+
+URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
+
+
+async def timed(call: Callable[[], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    await call()
+    return (time.perf_counter() - start) * 1e6
+
+
+async def bench(url: str, strategy: str, n: int) -> None:
+    prefix = "bench" + uuid.uuid4().hex[:8]
+    store = RedisStore.create(url, strategy=strategy, prefix=prefix)
+    await store.open()
+    client = store.client
+    try:
+        now = await store.now_ms()
+        held = ClaimRequest(job="held", slot=now, instance="bench:1:aaaa", overlap=Overlap.ALLOW)
+        await store.claim(held)
+        times: dict[str, list[float]] = {"ping": [], "won": [], "lost": []}
+        base = now - 1_000
+        for i in range(n):
+            won = ClaimRequest(  # 50 jobs, each claiming its next slot in turn
+                job=f"won{i % 50}",
+                slot=base + i // 50,
+                instance="bench:1:aaaa",
+                overlap=Overlap.ALLOW,
+            )
+            lost = ClaimRequest(job="held", slot=now, instance="bench:2:bbbb")
+            times["ping"].append(await timed(client.ping))
+            times["won"].append(await timed(lambda r=won: store.claim(r)))  # type: ignore[misc]
+            times["lost"].append(await timed(lambda r=lost: store.claim(r)))  # type: ignore[misc]
+        ping_median, ping_p99 = summary(times["ping"])
+        for kind in ("won", "lost"):
+            median, p99 = summary(times[kind])
+            print(
+                f"{strategy:9} {kind:4}  median {median:7.1f} us ({median / ping_median:4.2f}x "
+                f"PING {ping_median:.1f})   p99 {p99:7.1f} us ({p99 / ping_p99:4.2f}x)"
+            )
+    finally:
+        await testing.delete_prefix(store.client, prefix)
+        await store.close()
+
+
+async def main(n: int) -> None:
+    for strategy in ("lease", "stream-id", "script"):
+        await bench(URL, strategy, n)
+    redis86 = testing.private_server_url("redis86")
+    if redis86 is None:
+        print("idmp      skipped: " + testing.missing_server_reason("redis86"))
+    else:
+        await bench(redis86, "idmp", n)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000))
