@@ -1,42 +1,65 @@
-"""Latency of a PostgreSQL claim against the cheapest possible write through the same pool.
+"""Latency of PostgreSQL claims, side by side with the cheapest write, a bare read and two peers.
 
-Median and p99 of N (default 2,000) sequential calls of each kind, interleaved, all through one
-`PostgresStore`'s connection pool, so the client, the driver and the network are the same:
+Every kind is timed interleaved (floor, select1, won, lost, ... floor, select1, ...) through one
+`PostgresStore`'s pooled connection, so the client, the driver, the network and the load from
+elsewhere on the machine are the same for all:
 
-* floor: one plain one-row autocommit ``UPDATE`` (a commit with a WAL flush, like a claim);
+* floor: one plain one-row autocommit ``UPDATE`` (a commit with a WAL flush, like a claim won);
+* select1: ``SELECT 1``, the cheapest round trip (what a claim lost is compared with);
 * won: a claim of a new slot each time (the claim function's lock path: job row lock, INSERT);
 * lost: a claim of a run another token holds (the function's read before the lock, no write);
-* check: a backup's L10 poll of that live run (one plain SELECT).
+* check: a backup's L10 poll of that live run (one plain SELECT);
+* shedlock won / lost: ShedLock's lock, one ``UPDATE shedlock SET lock_until = ..., locked_at =
+  ..., locked_by = ... WHERE name = ? AND lock_until <= now()``, on a free lock (one row changed)
+  and on a held one (none);
+* advisory: ``BEGIN; SELECT pg_try_advisory_xact_lock(k); COMMIT`` (psycopg's transaction block,
+  three round trips: the lock is held by the open transaction, released by the commit).
 
-Run: ``.venv/bin/python bench/postgres_latency.py [N]`` with ``ANARCHON_TEST_POSTGRES_URL`` set
-(default ``postgresql://postgres@127.0.0.1:5432/test``). Target: won <= 1.3x the floor; lost
-and check about 1.0x (a read).
+Then ``claim_many`` of 10,000 jobs of one slot: one statement (the claim function called per row
+over ``unnest`` arrays), timed on a new slot (10,000 wins) and again by another instance (10,000
+losses).
+
+Each run prints its medians and p99s; the summary gives, for each ratio, the median over runs and
+the spread (min-max). Run::
+
+    .venv/bin/python bench/postgres_latency.py [--calls 2000] [--runs 5] [--many 10000]
+
+with ``ANARCHON_TEST_POSTGRES_URL`` set (default ``postgresql://postgres@127.0.0.1:5432/test``).
+Targets: won <= 1.3x floor; lost <= 1.3x select1; claim_many of 10,000 <= 0.2 s.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 from psycopg import sql
 
-from anarchon import ClaimRequest, Overlap
+from anarchon import ClaimRequest, Outcome, Overlap
 from anarchon_postgres import PostgresStore, testing
 
 URL = os.environ.get("ANARCHON_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+Call = Callable[[int], Awaitable[object]]
 
-async def measure(
-    n: int, calls: dict[str, Callable[[int], Awaitable[object]]]
-) -> dict[str, list[float]]:
-    """Time the kinds interleaved (floor, won, lost, check, floor, ...), so that load from
-    elsewhere on the machine falls on all of them alike."""
-    for i in range(min(100, n)):  # warm up: plans cached, connection hot
+RATIOS = [
+    ("won / floor", "won", "floor"),
+    ("lost / select1", "lost", "select1"),
+    ("check / select1", "check", "select1"),
+    ("shedlock won / won", "shedlock won", "won"),
+    ("shedlock lost / lost", "shedlock lost", "lost"),
+    ("advisory / won", "advisory", "won"),
+]
+
+
+async def measure(n: int, calls: dict[str, Call]) -> dict[str, list[float]]:
+    """Time the kinds interleaved, so that load from elsewhere falls on all of them alike."""
+    for i in range(min(200, n)):  # warm up: plans cached, connection hot
         for call in calls.values():
             await call(-i - 1)
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -48,69 +71,186 @@ async def measure(
     return times
 
 
-def summary(times: list[float]) -> tuple[float, float]:
+def p50_p99(times: list[float]) -> tuple[float, float]:
     ordered = sorted(times)
-    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
+    return statistics.median(ordered), ordered[max(int(len(ordered) * 0.99) - 1, 0)]
 
 
-async def main(n: int) -> None:
+class Bench:
+    def __init__(self, store: PostgresStore, schema: str) -> None:
+        self.store = store
+        self.schema = schema
+        self.now = 0
+        self.next_slot = 0
+
+    @property
+    def pool(self):  # type: ignore[no-untyped-def]
+        assert self.store._pool is not None
+        return self.store._pool
+
+    async def setup(self) -> None:
+        floor_table = sql.Identifier(self.schema, "bench_floor")
+        shedlock = sql.Identifier(self.schema, "shedlock")
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n bigint)").format(floor_table)
+            )
+            await conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0)").format(floor_table))
+            # ShedLock's PostgreSQL table, as its documentation creates it.
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TABLE {} (name varchar(64) NOT NULL PRIMARY KEY, "
+                    "lock_until timestamp NOT NULL, locked_at timestamp NOT NULL, "
+                    "locked_by varchar(255) NOT NULL)"
+                ).format(shedlock)
+            )
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} VALUES ('free', now(), now(), 'bench'), "
+                    "('held', now() + interval '1 day', now(), 'holder')"
+                ).format(shedlock)
+            )
+        self.update = sql.SQL("UPDATE {} SET n = n + 1 WHERE id = %s").format(floor_table)
+        # ShedLock's usual lock statement; a free lock is left free (lock_until = now) so that
+        # every call changes the row, as a won claim does.
+        self.shed_won = sql.SQL(
+            "UPDATE {} SET lock_until = now(), locked_at = now(), locked_by = %s "
+            "WHERE name = %s AND lock_until <= now()"
+        ).format(shedlock)
+        self.shed_lost = sql.SQL(
+            "UPDATE {} SET lock_until = now() + interval '10 minutes', locked_at = now(), "
+            "locked_by = %s WHERE name = %s AND lock_until <= now()"
+        ).format(shedlock)
+        self.now = await self.store.now_ms()
+        self.next_slot = self.now - 3_000_000_000  # far from the held slot; max_late covers it
+        assert (await self.store.claim(self.request(self.now, "holder"))).won
+
+    def request(self, slot: int, instance: str = "bench", job: str = "bench") -> ClaimRequest:
+        return ClaimRequest(
+            job=job,
+            slot=slot,
+            instance=instance,
+            lease_ms=3_600_000,
+            max_late_ms=4_000_000_000,
+            overlap=Overlap.ALLOW,
+        )
+
+    def calls(self) -> dict[str, Call]:
+        pool, store = self.pool, self.store
+
+        async def floor(_: int) -> None:
+            async with pool.connection() as conn:
+                await conn.execute(self.update, (1,))
+
+        async def select1(_: int) -> None:
+            async with pool.connection() as conn:
+                await (await conn.execute("SELECT 1")).fetchone()
+
+        async def won(_: int) -> None:
+            self.next_slot += 1000
+            claim = await store.claim(self.request(self.next_slot))  # a new slot
+            assert claim.won, claim
+
+        async def lost(_: int) -> None:
+            claim = await store.claim(self.request(self.now))
+            assert claim.outcome is Outcome.RUNNING, claim
+
+        async def check(_: int) -> None:
+            claim = await store.check(self.request(self.now))
+            assert claim.outcome is Outcome.RUNNING, claim
+
+        async def shed_won(_: int) -> None:
+            async with pool.connection() as conn:
+                cur = await conn.execute(self.shed_won, ("bench", "free"))
+                assert cur.rowcount == 1
+
+        async def shed_lost(_: int) -> None:
+            async with pool.connection() as conn:
+                cur = await conn.execute(self.shed_lost, ("bench", "held"))
+                assert cur.rowcount == 0
+
+        async def advisory(i: int) -> None:
+            async with pool.connection() as conn, conn.transaction():
+                cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (4242,))
+                assert (await cur.fetchone()) == (True,)
+
+        return {
+            "floor": floor,
+            "select1": select1,
+            "won": won,
+            "lost": lost,
+            "check": check,
+            "shedlock won": shed_won,
+            "shedlock lost": shed_lost,
+            "advisory": advisory,
+        }
+
+    async def claim_many(self, jobs: int, run: int) -> tuple[float, float]:
+        """Seconds for `jobs` jobs of one new slot: won by one instance, then lost by another."""
+        slot = self.now - 1000 * (run + 1)
+        names = [f"many-{j:05d}" for j in range(jobs)]
+        first = [self.request(slot, "a", job) for job in names]
+        second = [self.request(slot, "b", job) for job in names]
+        started = time.perf_counter()
+        claims = await self.store.claim_many(first)
+        won = time.perf_counter() - started
+        assert all(c.won for c in claims), "claim_many: not every first claim won"
+        started = time.perf_counter()
+        claims = await self.store.claim_many(second)
+        lost = time.perf_counter() - started
+        assert all(c.outcome is Outcome.RUNNING for c in claims), "claim_many: a second won"
+        return won, lost
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):6.2f}  ({min(values):.2f}-{max(values):.2f})"
+
+
+async def main(calls_per_kind: int, runs: int, jobs: int) -> None:
     schema = "bench_" + uuid.uuid4().hex[:12]
     sep = "&" if "?" in URL else "?"
     store = PostgresStore.create(f"{URL}{sep}schema={schema}", pool_min_size=1, pool_max_size=1)
     await store.open()
-    pool = store._pool
-    assert pool is not None
-    floor_table = sql.Identifier(schema, "bench_floor")
-    async with pool.connection() as conn:
-        await conn.execute(
-            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n bigint)").format(floor_table)
-        )
-        await conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0)").format(floor_table))
-    update = sql.SQL("UPDATE {} SET n = n + 1 WHERE id = %s").format(floor_table)
+    bench = Bench(store, schema)
+    ratios: dict[str, list[float]] = {name: [] for name, _, _ in RATIOS}
+    medians: dict[str, list[float]] = {}
+    many: dict[str, list[float]] = {"won": [], "lost": []}
     try:
-        now = await store.now_ms()
-        base = now - 3_000_000
-
-        async def floor(_: int) -> None:
-            async with pool.connection() as conn:
-                await conn.execute(update, (1,))
-
-        def request(slot: int, instance: str = "bench") -> ClaimRequest:
-            return ClaimRequest(
-                job="bench",
-                slot=slot,
-                instance=instance,
-                lease_ms=3_600_000,
-                max_late_ms=3_600_000,
-                overlap=Overlap.ALLOW,
-            )
-
-        async def won(i: int) -> None:
-            claim = await store.claim(request(base + 1000 * (i + 200)))  # a new slot
-            assert claim.won, claim
-
-        held = request(now, "holder")
-        assert (await store.claim(held)).won
-
-        async def lost(_: int) -> None:
-            claim = await store.claim(request(now))
-            assert claim.outcome.value == "running", claim
-
-        async def check(_: int) -> None:
-            claim = await store.check(request(now))
-            assert claim.outcome.value == "running", claim
-
-        calls = {"floor": floor, "won": won, "lost": lost, "check": check}
-        results = {name: summary(t) for name, t in (await measure(n, calls)).items()}
-        f50, f99 = results["floor"]
-        print(f"{n} sequential calls each, one pooled connection, PostgreSQL at {store.where}")
-        print(f"{'':8}{'median ms':>12}{'p99 ms':>10}{'x floor p50':>14}{'x floor p99':>14}")
-        for name, (p50, p99) in results.items():
-            print(f"{name:8}{p50 * 1000:12.3f}{p99 * 1000:10.3f}{p50 / f50:14.2f}{p99 / f99:14.2f}")
+        await bench.setup()
+        await bench.claim_many(jobs, -1)  # the first batch also creates the jobs' rows
+        print(f"PostgreSQL at {store.where}, one pooled connection")
+        print(f"{runs} runs of {calls_per_kind} interleaved calls of each kind\n")
+        for run in range(runs):
+            results = {
+                k: p50_p99(t) for k, t in (await measure(calls_per_kind, bench.calls())).items()
+            }
+            won, lost = await bench.claim_many(jobs, run)
+            many["won"].append(won)
+            many["lost"].append(lost)
+            print(f"run {run + 1}: {'median ms':>10}{'p99 ms':>9}")
+            for name, (p50, p99) in results.items():
+                medians.setdefault(name, []).append(p50)
+                print(f"  {name:14}{p50 * 1000:8.3f}{p99 * 1000:9.3f}")
+            print(f"  claim_many of {jobs}: won {won:.3f} s, lost {lost:.3f} s")
+            for name, top, bottom in RATIOS:
+                ratios[name].append(results[top][0] / results[bottom][0])
+            print("  " + ", ".join(f"{name} {ratios[name][-1]:.2f}" for name, _, _ in RATIOS))
+        print(f"\nsummary over {runs} runs: median (min-max)")
+        for name, values in medians.items():
+            print(f"  {name + ' ms':22}{spread([v * 1000 for v in values])}")
+        for name, _, _ in RATIOS:
+            print(f"  {name:22}{spread(ratios[name])}")
+        print(f"  {'claim_many won s':22}{spread(many['won'])}")
+        print(f"  {'claim_many lost s':22}{spread(many['lost'])}")
     finally:
         await store.close()
         testing.drop(URL, schema)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="calls of each kind per run")
+    parser.add_argument("--runs", type=int, default=5, help="runs (report median and spread)")
+    parser.add_argument("--many", type=int, default=10_000, help="jobs in one claim_many")
+    args = parser.parse_args()
+    asyncio.run(main(args.calls, args.runs, args.many))

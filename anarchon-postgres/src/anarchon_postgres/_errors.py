@@ -50,9 +50,10 @@ def translate(
         )
     if isinstance(exc, errors.InsufficientPrivilege):
         return ConfigError(
-            f"PostgreSQL at {where}: permission denied ({detail}); the user needs USAGE and CREATE "
-            f"on the schema (CREATE on the database if the schema does not exist yet) and "
-            f"SELECT, INSERT, UPDATE, DELETE on {tables}"
+            f"PostgreSQL at {where}: permission denied ({detail}); the user needs USAGE on the "
+            f"schema, SELECT, INSERT, UPDATE (and DELETE on the runs table) on {tables} and "
+            "EXECUTE on the claim function; to create them, CREATE on the schema (or on the "
+            "database if the schema does not exist yet)"
         )
     if isinstance(exc, (errors.QueryCanceled, errors.LockNotAvailable)):
         return StoreUnavailable(

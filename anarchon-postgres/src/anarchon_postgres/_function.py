@@ -7,9 +7,12 @@
    caller's own run, a live lease, a late slot and an overlap are answered here: the transaction
    stays read-only, so it takes no row lock, gets no transaction id and needs no WAL flush.
    Losing costs a read.
-2. **The lock.** Otherwise ``INSERT ... ON CONFLICT DO UPDATE`` on the job's row in
-   ``<table>_jobs`` (which also returns the job's forgotten floor, L11): PostgreSQL holds that
-   row lock until the statement commits, so claims of one job take turns. ``now`` is read from
+2. **The lock.** Otherwise ``SELECT ... FOR UPDATE`` of the job's row in ``<table>_jobs``
+   (which also returns the job's forgotten floor, L11), or, for a job never claimed, ``INSERT ...
+   ON CONFLICT DO NOTHING`` of that row (a row inserted is locked by its inserter; when another
+   claim inserted it first, the ``SELECT ... FOR UPDATE`` is tried again). PostgreSQL holds that
+   row lock until the statement commits, so claims of one job take turns; the row itself is not
+   rewritten (no new row version, no dead tuple per claim). ``now`` is read from
    ``clock_timestamp()`` *after* the lock (``now()`` is frozen at the transaction start, T1);
    every later statement takes a fresh snapshot (READ COMMITTED), so it sees what the previous
    claim of the job wrote. A claimable slot is then ``INSERT ... ON CONFLICT DO NOTHING``: the
@@ -74,9 +77,16 @@ BEGIN
     IF p_lock_timeout_ms > 0 THEN
         PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
     END IF;
-    INSERT INTO {jobs} AS j (prefix, job) VALUES (p_prefix, p_job)
-        ON CONFLICT (prefix, job) DO UPDATE SET floor = j.floor
-        RETURNING j.floor INTO v_floor;
+    -- The job's row lock: FOR UPDATE on the row when it exists (no new row version, so the
+    -- usual claim does not rewrite it); a new job's row is inserted, which locks it just as well.
+    LOOP
+        SELECT j.floor INTO v_floor FROM {jobs} j
+            WHERE j.prefix = p_prefix AND j.job = p_job FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {jobs} (prefix, job) VALUES (p_prefix, p_job)
+            ON CONFLICT (prefix, job) DO NOTHING;
+        EXIT WHEN FOUND;  -- else another claim inserted it first: lock it on the next turn
+    END LOOP;
     o_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
     IF (v_floor IS NOT NULL AND p_slot <= v_floor) OR o_now - p_slot > p_max_late_ms THEN
         o_outcome := 'late';

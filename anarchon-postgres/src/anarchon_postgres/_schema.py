@@ -14,12 +14,20 @@ from collections.abc import Callable, Sequence
 
 from psycopg import AsyncConnection, IsolationLevel, sql
 
-from anarchon import StoreCorrupt
+from anarchon import ConfigError, StoreCorrupt
 
 from ._function import ARGUMENT_TYPES, create_function
 from ._names import Names
 
-__all__ = ["COMPONENT", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema"]
+__all__ = [
+    "COMPONENT",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "check_access",
+    "ensure_schema",
+    "grants",
+    "table_privileges",
+]
 
 SCHEMA_VERSION = 1
 COMPONENT = "postgres"
@@ -127,6 +135,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
     found = await _catalog(conn, names)
     if len(found) == len(names.tables):
         _verify_tables(found, names)
+        await check_access(conn, names)
         version = await _version(conn, names)
         if version == SCHEMA_VERSION and await _has_function(conn, names):
             return
@@ -137,6 +146,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
         )
         found = await _catalog(conn, names)
         if not found:
+            await _check_create(conn, names)
             await _create_all(conn, names)
             return
         _verify_tables(found, names)
@@ -154,6 +164,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
             await conn.execute(create_function(names))
         elif not await _has_function(conn, names):
             # Code, not data: recreating a dropped function overwrites nothing.
+            await _check_create(conn, names, what="recreate the dropped claim function")
             await conn.execute(create_function(names))
 
 
@@ -228,3 +239,117 @@ async def _has_function(conn: AsyncConnection[tuple[object, ...]], names: Names)
     cur = await conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,))
     row = await cur.fetchone()
     return row is not None and bool(row[0])
+
+
+# -- privileges ------------------------------------------------------------------------------
+def table_privileges(names: Names) -> dict[str, tuple[str, ...]]:
+    """What a user that runs the store needs on each table (the claim function runs with the
+    caller's rights): runs are read, inserted, updated and deleted (retention, L11); job rows are
+    inserted and locked (``FOR UPDATE`` needs UPDATE) and their floor raised; the version is read."""
+    return {
+        names.table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        names.jobs_table: ("SELECT", "INSERT", "UPDATE"),
+        names.version_table: ("SELECT",),
+    }
+
+
+def grants(names: Names, role: str) -> list[str]:
+    """The ``GRANT`` statements that let `role` run a store whose objects exist."""
+    quote = _quote
+    schema = quote(names.schema)
+    statements = [f"GRANT USAGE ON SCHEMA {schema} TO {quote(role)}"]
+    for table, privileges in table_privileges(names).items():
+        statements.append(
+            f"GRANT {', '.join(privileges)} ON {schema}.{quote(table)} TO {quote(role)}"
+        )
+    statements.append(
+        f"GRANT EXECUTE ON FUNCTION {schema}.{quote(names.function)}({ARGUMENT_TYPES}) "
+        f"TO {quote(role)}"
+    )
+    return statements
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_ACCESS = """
+SELECT current_user::text,
+       has_schema_privilege(n.oid, 'USAGE'),
+       (SELECT coalesce(json_object_agg(c.relname, json_build_object(
+            'SELECT', has_table_privilege(c.oid, 'SELECT'),
+            'INSERT', has_table_privilege(c.oid, 'INSERT'),
+            'UPDATE', has_table_privilege(c.oid, 'UPDATE'),
+            'DELETE', has_table_privilege(c.oid, 'DELETE'))), '{}'::json)
+          FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relname = ANY(%s)),
+       (SELECT bool_or(has_function_privilege(p.oid, 'EXECUTE'))
+          FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proname = %s
+           AND pg_catalog.oidvectortypes(p.proargtypes) = %s)
+FROM pg_catalog.pg_namespace n WHERE n.nspname = %s
+"""
+
+
+async def check_access(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
+    """`ConfigError` naming every privilege the current user lacks on existing tables and the
+    claim function, with the ``GRANT`` statements that fix it. Checked by OID, so a missing
+    ``USAGE`` on the schema is reported, not raised by a name lookup."""
+    cur = await conn.execute(
+        _ACCESS, (list(names.tables), names.function, ARGUMENT_TYPES, names.schema)
+    )
+    row = await cur.fetchone()
+    if row is None:  # the schema vanished since the catalog read: creation will report it
+        return
+    role, usage, tables, execute = row
+    assert isinstance(tables, dict)
+    missing = [] if usage else [f"USAGE on schema {names.schema}"]
+    for table, needed in table_privileges(names).items():
+        have = tables.get(table, {})
+        lacking = [p for p in needed if not have.get(p, True)]
+        if lacking:
+            missing.append(f"{', '.join(lacking)} on table {names.shown(table)}")
+    if execute is False:
+        missing.append(f"EXECUTE on function {names.shown(names.function)}")
+    if missing:
+        raise ConfigError(
+            f"PostgreSQL user {role!r} lacks privileges anarchon needs: {'; '.join(missing)}. "
+            "As the tables' owner (or a superuser), run: " + "; ".join(grants(names, str(role)))
+        )
+
+
+_CREATE = """
+SELECT current_user::text, current_database()::text,
+       (SELECT has_schema_privilege(n.oid, 'CREATE') AND has_schema_privilege(n.oid, 'USAGE')
+          FROM pg_catalog.pg_namespace n WHERE n.nspname = %s),
+       has_database_privilege(current_database(), 'CREATE')
+"""
+
+
+async def _check_create(
+    conn: AsyncConnection[tuple[object, ...]],
+    names: Names,
+    *,
+    what: str = "create its tables and claim function",
+) -> None:
+    """`ConfigError` when the user may not create anarchon's objects, naming the privilege and
+    the two ways out (a user with it opens the store once, or a grant)."""
+    cur = await conn.execute(_CREATE, (names.schema,))
+    row = await cur.fetchone()
+    assert row is not None
+    role, database, on_schema, on_database = row
+    if on_schema is None and not on_database:
+        lacking = f"CREATE on database {database} (schema {names.schema} does not exist yet)"
+        grant = f"GRANT CREATE ON DATABASE {_quote(str(database))} TO {_quote(str(role))}"
+        fix = f"or create the schema for it: CREATE SCHEMA {_quote(names.schema)} AUTHORIZATION"
+        fix += f" {_quote(str(role))}"
+    elif on_schema is False:
+        lacking = f"USAGE and CREATE on schema {names.schema}"
+        grant = f"GRANT USAGE, CREATE ON SCHEMA {_quote(names.schema)} TO {_quote(str(role))}"
+        fix = "or use a schema it owns (the schema= option)"
+    else:
+        return
+    raise ConfigError(
+        f"PostgreSQL user {role!r} cannot {what} in schema {names.schema}: it lacks {lacking}. "
+        f"Open the store once as a user that has it (the schema's owner or a superuser; later "
+        f"instances then need only USAGE, SELECT, INSERT, UPDATE, DELETE and EXECUTE, see "
+        f"the docs), or grant it: {grant}; {fix}"
+    )
