@@ -20,6 +20,7 @@ from ._claims import (
 from ._connect import connect, create_store
 from ._durations import to_ms
 from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable
+from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._names import check_name
 from ._once import once
 from ._options import DurationMs, StoreOptions
@@ -28,7 +29,7 @@ from ._runs import RunRecord, RunStatus
 from ._schedule import Schedule
 from ._scheduler import Scheduler
 from ._urls import StoreURL, redact
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany
+from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsJobList
 from .plugins import hookimpl
 
 __version__ = "0.1.0"
@@ -43,6 +44,9 @@ __all__ = [
     "ConfigError",
     "DurationMs",
     "Fenced",
+    "Health",
+    "HealthServer",
+    "LastClaim",
     "LeaseStore",
     "MemoryStore",
     "Outcome",
@@ -50,6 +54,7 @@ __all__ = [
     "Run",
     "RunRecord",
     "RunStatus",
+    "RunningJob",
     "Schedule",
     "Scheduler",
     "StoreCorrupt",
@@ -57,6 +62,7 @@ __all__ = [
     "StoreURL",
     "StoreUnavailable",
     "SupportsClaimMany",
+    "SupportsJobList",
     "__version__",
     "check_name",
     "connect",

@@ -41,6 +41,8 @@ class Settings:
     """How long `start()` retries a store that does not answer before giving up."""
     claim_timeout_ms: int = 10_000
     """A store call that takes longer is treated as a transport error and resent (same token)."""
+    health_port: int | None = None
+    """Serve ``/healthz`` and ``/readyz`` on this port (all interfaces) while started."""
 
 
 _DURATIONS = {
@@ -49,7 +51,7 @@ _DURATIONS = {
     "start_timeout": "start_timeout_ms",
     "claim_timeout": "claim_timeout_ms",
 }
-_NAMES = ("store", "instance", "prefix", *_DURATIONS)
+_NAMES = ("store", "instance", "prefix", "health_port", *_DURATIONS)
 
 
 def _find_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
@@ -103,6 +105,8 @@ def load_settings(
             )
         if key in _DURATIONS:
             values[_DURATIONS[key]] = to_ms(value, what=f"{key} (from {source})")
+        elif key == "health_port":
+            values[key] = _port(value, source)
         elif key == "prefix":
             values[key] = check_name(value, what=f"prefix (from {source})")
         else:
@@ -112,3 +116,13 @@ def load_settings(
                 )
             values[key] = value
     return Settings(**values)
+
+
+def _port(value: Any, source: str) -> int:
+    try:
+        port = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else -1
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"health_port (from {source}) must be a port 0-65535, got {value!r}")
+    return port

@@ -83,6 +83,8 @@ class Execution:
         self.run = Run(job=spec.name, slot=slot, attempt=attempt, token=token, deadline=deadline)
         self._job: asyncio.Future[Any] | None = None
         self._abandoned = False
+        self.started_at = time.time_ns() // 1_000_000
+        """When this instance won the run, epoch ms (local clock)."""
         self.done = asyncio.Event()
 
     async def __call__(self) -> None:
@@ -96,7 +98,7 @@ class Execution:
             run.job,
             run.slot,
             run.attempt,
-            extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+            extra=self._fields(),
         )
         if spec.is_async:
             self._job = asyncio.ensure_future(self.body(run))
@@ -121,7 +123,7 @@ class Execution:
                 run.attempt,
                 error,
                 exc_info=exc,
-                extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+                extra=self._fields(),
             )
         finally:
             if heartbeat is not None:
@@ -136,8 +138,22 @@ class Execution:
                 run.slot,
                 run.attempt,
                 status,
-                extra={"job": run.job, "slot": run.slot, "attempt": run.attempt},
+                extra=self._fields(),
             )
+        log.info(
+            "run %s@%s attempt %s %s in %.0f ms",
+            run.job,
+            run.slot,
+            run.attempt,
+            status,
+            duration_ms,
+            extra=self._fields(
+                status=str(status),
+                duration_ms=round(duration_ms, 3),
+                error=error,
+                recorded=recorded or self.store is None,
+            ),
+        )
         self.events.run_finished(
             job=run.job,
             slot=run.slot,
@@ -149,6 +165,17 @@ class Execution:
             recorded=recorded or self.store is None,
         )
         self.done.set()
+
+    def _fields(self, **more: object) -> dict[str, object]:
+        """The structured fields of every run log record (`extra=`)."""
+        run = self.run
+        return {
+            "job": run.job,
+            "slot": run.slot,
+            "attempt": run.attempt,
+            "instance": self.instance,
+            **more,
+        }
 
     async def _finish(self, status: RunStatus, error: str | None) -> bool:
         if self.store is None:
@@ -209,7 +236,7 @@ class Execution:
             run.slot,
             run.attempt,
             reason,
-            extra={"job": run.job, "slot": run.slot, "attempt": run.attempt, "reason": reason},
+            extra=self._fields(reason=reason),
         )
         self.events.run_fenced(
             job=run.job, slot=run.slot, attempt=run.attempt, instance=self.instance, reason=reason

@@ -23,6 +23,7 @@ from ._config import Settings, load_settings
 from ._connect import create_store
 from ._durations import DurationLike
 from ._errors import ConfigError, StoreUnavailable
+from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._jobs import JobSpec, call_job, make_job
 from ._runner import Execution
 from .abc import ClaimStore, LeaseStore, SupportsClaimMany
@@ -65,6 +66,7 @@ class Scheduler:
         clock_skew: DurationLike | None = None,
         start_timeout: DurationLike | None = None,
         claim_timeout: DurationLike | None = None,
+        health_port: int | None = None,
         clock: LocalClock | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -77,6 +79,7 @@ class Scheduler:
                 "clock_skew": clock_skew,
                 "start_timeout": start_timeout,
                 "claim_timeout": claim_timeout,
+                "health_port": health_port,
             },
             environ=environ,
         )
@@ -100,10 +103,10 @@ class Scheduler:
         self.clock = clock or SystemClock()
         self.jobs: dict[str, JobSpec] = {}
         self.events: PluginManager = plugin_manager()
-        self.health = StoreHealth(self.store_name, self.events)
+        self.store_health = StoreHealth(self.store_name, self.events)
         self.store_clock = StoreClock(self.clock, self.store.now_ms)
         self.claimer = Claimer(
-            health=self.health,
+            health=self.store_health,
             events=self.events,
             now_ms=self.store_clock.now_ms,
             timeout_s=settings.claim_timeout_ms / 1000,
@@ -115,6 +118,8 @@ class Scheduler:
         self._stop = asyncio.Event()
         self._stop_requested = False
         self._started = False
+        self._started_at: int | None = None
+        self._health_server: HealthServer | None = None
 
     # -- jobs -----------------------------------------------------------------------------------
     def job(
@@ -222,6 +227,9 @@ class Scheduler:
             self._stop.set()
         self.claimer.stopping = asyncio.Event()
         self._dispatcher = asyncio.create_task(self._dispatch(), name="anarchon-dispatcher")
+        self._started_at = time.time_ns() // 1_000_000
+        if self.settings.health_port is not None and self._health_server is None:
+            await self.serve_health(self.settings.health_port)
         log.info(
             "scheduler %s started with %d job(s) on %s (store clock offset %+d ms)",
             self.instance,
@@ -230,6 +238,7 @@ class Scheduler:
             self.store_clock.offset_ms,
             extra={"instance": self.instance, "store": self.store_name},
         )
+        self.events.scheduler_started(scheduler=self)
 
     async def _open_store(self) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_ms / 1000
@@ -276,6 +285,10 @@ class Scheduler:
             await asyncio.gather(self._dispatcher, return_exceptions=True)
         if self._owns_store:
             await self.store.close()
+        if self._health_server is not None:
+            await self._health_server.close()
+            self._health_server = None
+        self._started_at = None
         log.info("scheduler %s stopped", self.instance, extra={"instance": self.instance})
 
     async def serve(self) -> None:
@@ -314,6 +327,66 @@ class Scheduler:
         self._stop_requested = True
         self._stop.set()
 
+    # -- health ---------------------------------------------------------------------------------
+    def health(self) -> Health:
+        """A snapshot: store reachability, clock offset, running jobs, the last claim per job."""
+        store = self.store_health
+        now_wall, now_mono = time.time(), time.monotonic()
+
+        def wall_ms(mono: float | None) -> int | None:
+            return None if mono is None else int((now_wall - (now_mono - mono)) * 1000)
+
+        return Health(
+            instance=self.instance,
+            store=self.store_name,
+            started=self._started,
+            started_at=self._started_at,
+            store_reachable=store.down_since is None,
+            store_down_since=wall_ms(store.down_since),
+            last_error=store.last_error,
+            clock_offset_ms=self.store_clock.offset_ms,
+            clock_round_trip_ms=self.store_clock.round_trip_ms,
+            running=tuple(
+                sorted(
+                    (
+                        RunningJob(
+                            job=e.run.job,
+                            slot=e.run.slot,
+                            attempt=e.run.attempt,
+                            started_at=e.started_at,
+                            fenced=e.run.fenced,
+                        )
+                        for e in self.executions
+                    ),
+                    key=lambda r: (r.job, r.slot),
+                )
+            ),
+            last_claims={
+                job: LastClaim(
+                    slot=slot,
+                    outcome=claim.outcome,
+                    attempt=claim.attempt,
+                    holder=claim.holder,
+                    lease_until=claim.lease_until,
+                )
+                for job, (slot, claim) in sorted(self.last_claims.items())
+            },
+        )
+
+    async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:
+        """Serve ``GET /healthz`` (liveness) and ``GET /readyz`` (readiness: started and the store
+        answers; 503 otherwise) with `health()` as JSON, on this loop, until `stop()`. ``port=0``
+        picks a free port (``server.port``). `health_port=` / ``ANARCHON_HEALTH_PORT`` does this
+        at start."""
+        if self._health_server is not None:
+            raise ConfigError(
+                f"the health endpoint already runs on port {self._health_server.port}"
+            )
+        server = HealthServer(self.health, host=host, port=port)
+        await server.start()
+        self._health_server = server
+        return server
+
     # -- dispatching ----------------------------------------------------------------------------
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -329,7 +402,7 @@ class Scheduler:
         exc = task.exception()
         assert exc is not None
         if isinstance(exc, TRANSPORT_ERRORS):
-            self.health.failed(task.get_name(), exc)
+            self.store_health.failed(task.get_name(), exc)
         else:
             log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
 
@@ -420,7 +493,7 @@ class Scheduler:
             token=request.token,
             sent_at=sent_at,
             instance=self.instance,
-            health=self.health,
+            health=self.store_health,
             events=self.events,
         )
         self.executions.add(execution)

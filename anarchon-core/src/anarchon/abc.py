@@ -21,7 +21,7 @@ from ._runs import RunRecord, RunStatus
 if TYPE_CHECKING:
     from ._options import StoreOptions
 
-__all__ = ["ClaimStore", "LeaseStore", "SupportsClaimMany"]
+__all__ = ["ClaimStore", "LeaseStore", "SupportsClaimMany", "SupportsJobList"]
 
 
 class ClaimStore(abc.ABC):
@@ -138,4 +138,13 @@ class SupportsClaimMany(Protocol):
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """Decide each request as `claim` would, in order; the answers are in the same order."""
+        ...
+
+
+@runtime_checkable
+class SupportsJobList(Protocol):
+    """Optional: list the jobs the store knows in its prefix (``anarchon status`` reads it)."""
+
+    async def jobs(self) -> list[str]:
+        """The names of the jobs with at least one remembered run (or a floor, L11), sorted."""
         ...

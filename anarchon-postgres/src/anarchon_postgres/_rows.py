@@ -37,6 +37,7 @@ class Statements:
     release: sql.Composed
     history: sql.Composed
     now: sql.SQL
+    jobs: sql.Composed
 
     @classmethod
     def build(cls, names: Names) -> Statements:
@@ -79,6 +80,10 @@ class Statements:
                 "ORDER BY slot DESC LIMIT %s"
             ).format(runs),
             now=sql.SQL("SELECT " + NOW),
+            jobs=sql.SQL(
+                "SELECT job FROM {} WHERE prefix = %s UNION SELECT job FROM {} WHERE prefix = %s "
+                "ORDER BY job"
+            ).format(runs, names.jobs),
         )
 
 

@@ -305,6 +305,15 @@ class PostgresStore(LeaseStore):
 
         return await self._run(step)
 
+    async def jobs(self) -> list[str]:
+        """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
+
+        async def step(conn: Conn) -> list[str]:
+            cur = await conn.execute(self._sql.jobs, (self.options.prefix, self.options.prefix))
+            return [str(row[0]) for row in await cur.fetchall()]
+
+        return await self._run(step)
+
     async def now_ms(self) -> int:
         """The server's ``clock_timestamp()`` in epoch ms (T1)."""
 

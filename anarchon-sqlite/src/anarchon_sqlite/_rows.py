@@ -23,6 +23,7 @@ __all__ = [
     "SELECT_FLOOR",
     "SELECT_FOR_CLAIM",
     "SELECT_HISTORY",
+    "SELECT_JOBS",
     "SELECT_RUN",
     "UPDATE_RUN",
     "run_from_row",
@@ -44,6 +45,10 @@ SELECT_FOR_CLAIM = (
 floor (L11), and whether the job's oldest run could be forgotten at ``now`` (?4)."""
 SELECT_HISTORY = (
     f"SELECT {RUN_COLUMNS} FROM {RUNS} WHERE prefix = ? AND job = ? ORDER BY slot DESC LIMIT ?"
+)
+SELECT_JOBS = (
+    f"SELECT job FROM {RUNS} WHERE prefix = ?1 UNION SELECT job FROM {JOBS} WHERE prefix = ?1 "
+    "ORDER BY job"
 )
 OTHER_LIVE = (
     f"SELECT 1 FROM {RUNS} WHERE prefix = ? AND job = ? AND status = 'running' "

@@ -180,6 +180,9 @@ class Steps:
         rows = conn.execute(sql.SELECT_HISTORY, (self.prefix, job, limit)).fetchall()
         return [sql.run_from_row(row, job, self.path) for row in rows]
 
+    def jobs(self, conn: sqlite3.Connection) -> list[str]:
+        return [str(row[0]) for row in conn.execute(sql.SELECT_JOBS, (self.prefix,)).fetchall()]
+
 
 def _values(run: RunRecord) -> tuple[object, ...]:
     return (

@@ -162,3 +162,7 @@ class SQLiteStore(LeaseStore):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
         return await self._worker.run(self._steps.history, job, limit)
+
+    async def jobs(self) -> list[str]:
+        """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
+        return await self._worker.run(self._steps.jobs)

@@ -198,6 +198,15 @@ class MemoryStore(LeaseStore):
             runs = self._job(job).runs
             return [runs[s] for s in sorted(runs, reverse=True)[:limit]]
 
+    async def jobs(self) -> list[str]:
+        """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
+        with self._ns.lock:
+            return sorted(
+                job
+                for (prefix, job), state in self._ns.jobs.items()
+                if prefix == self.options.prefix and (state.runs or state.floor is not None)
+            )
+
     # -- backdoors for the conformance kit ------------------------------------------------------
     def raw_run(self, job: str, slot: int) -> RunRecord | None:
         with self._ns.lock:

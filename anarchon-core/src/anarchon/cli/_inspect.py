@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -16,15 +17,16 @@ from rich.table import Table
 
 from .._capabilities import Capabilities
 from .._connect import connect, create_store
+from .._durations import to_ms
 from .._errors import ConfigError
 from .._names import check_name
-from .._runs import RunRecord
+from .._runs import RunRecord, RunStatus
 from .._schedule import Schedule
 from .._urls import StoreURL, redact
 from ..plugins import BackendInfo, plugin_manager
 from . import configure_logging
 
-__all__ = ["backends", "history", "next_slots", "parse_after"]
+__all__ = ["backends", "check_file", "history", "next_slots", "parse_after", "parse_since"]
 
 # URLs that build a store without a server, to read its default capabilities (never opened).
 _SAMPLE_URLS = {"memory": "memory://", "sqlite": "sqlite:///anarchon.db"}
@@ -126,6 +128,26 @@ def _caps_json(caps: Capabilities | None) -> dict[str, Any] | None:
 # -- history ----------------------------------------------------------------------------------
 
 
+# With a filter, this many runs are read and then filtered (stores keep 1000 per job by default).
+_FILTER_WINDOW = 100_000
+_STATUSES = [s.value for s in RunStatus]
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """``--since``: a duration back from now (``90m``, ``1h``, ``2d``) or an ISO 8601 time (UTC
+    unless it has an offset); epoch ms."""
+    if text.strip()[:1].isdigit() and not any(c in text for c in "-:T"):
+        return now_ms - to_ms(text, what="--since")
+    return parse_after(text, "UTC")
+
+
+def check_file(parsed: StoreURL) -> None:
+    """Opening a missing SQLite file would create an empty database: a typo should not leave
+    files behind."""
+    if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
+        raise ConfigError(f"{parsed}: no such database file {os.path.abspath(parsed.path)!r}")
+
+
 async def _read_history(url: StoreURL, job: str, limit: int) -> list[RunRecord]:
     async with connect(url) as store:
         if not store.capabilities.history:
@@ -152,9 +174,30 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
 @click.argument("url")
 @click.argument("job")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--since",
+    default=None,
+    help="Only slots since this: a duration back from now (1h, 90m, 2d) or an ISO 8601 time.",
+)
+@click.option(
+    "--status",
+    "--outcome",
+    "statuses",
+    multiple=True,
+    type=click.Choice(_STATUSES, case_sensitive=False),
+    help="Only runs with this status (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
-def history(ctx: click.Context, url: str, job: str, limit: int, as_json: bool) -> None:
+def history(
+    ctx: click.Context,
+    url: str,
+    job: str,
+    limit: int,
+    since: str | None,
+    statuses: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Show the runs of JOB in the store at URL, newest first.
 
     Times are UTC. Passwords in URL are never printed.
@@ -162,10 +205,16 @@ def history(ctx: click.Context, url: str, job: str, limit: int, as_json: bool) -
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
     check_name(job, what="job name")
-    if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
-        # Opening would create an empty database: a typo should not leave files behind.
-        raise ConfigError(f"{parsed}: no such database file {os.path.abspath(parsed.path)!r}")
-    records = asyncio.run(_read_history(parsed, job, limit))
+    since_ms = None if since is None else parse_since(since, int(time.time() * 1000))
+    check_file(parsed)
+    filtered = since_ms is not None or bool(statuses)
+    records = asyncio.run(_read_history(parsed, job, _FILTER_WINDOW if filtered else limit))
+    wanted = {s.lower() for s in statuses}
+    records = [
+        r
+        for r in records
+        if (since_ms is None or r.slot >= since_ms) and (not wanted or r.status.value in wanted)
+    ][:limit]
     if as_json:
         click.echo(json.dumps([_record_json(r) for r in records], indent=2))
         return

@@ -18,6 +18,7 @@ from ._registry import BackendInfo, BackendRegistry
 if TYPE_CHECKING:
     from .._claims import Claim, ClaimRequest
     from .._runs import RunStatus
+    from .._scheduler import Scheduler
 
 __all__ = ["PluginManager", "plugin_manager", "reset_plugin_manager"]
 
@@ -181,6 +182,9 @@ class PluginManager:
 
     def store_error(self, *, store: str, operation: str, error: BaseException) -> None:
         self._emit("anarchon_store_error", store=store, operation=operation, error=error)
+
+    def scheduler_started(self, *, scheduler: Scheduler) -> None:
+        self._emit("anarchon_scheduler_started", scheduler=scheduler)
 
 
 _lock = threading.Lock()

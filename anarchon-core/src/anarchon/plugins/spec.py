@@ -13,6 +13,7 @@ from ._markers import hookspec
 if TYPE_CHECKING:
     from .._claims import Claim, ClaimRequest
     from .._runs import RunStatus
+    from .._scheduler import Scheduler
     from ._registry import BackendRegistry
 
 
@@ -58,3 +59,9 @@ def anarchon_run_fenced(job: str, slot: int, attempt: int, instance: str, reason
 @hookspec
 def anarchon_store_error(store: str, operation: str, error: BaseException) -> None:
     """A store call failed (`operation` is ``claim``, ``renew``, ...). Called once per outage."""
+
+
+@hookspec
+def anarchon_scheduler_started(scheduler: Scheduler) -> None:
+    """A scheduler opened its store and starts dispatching; observers that serve something
+    (a metrics port) start it here. `scheduler.health()` is readable from now on."""

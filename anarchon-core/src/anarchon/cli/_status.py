@@ -1,0 +1,206 @@
+"""``anarchon status URL``: what the cluster decided, read from the store, live or once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from .._connect import connect
+from .._durations import to_ms
+from .._errors import ConfigError
+from .._names import check_name
+from .._runs import RunRecord, RunStatus
+from .._urls import StoreURL, redact
+from ..abc import ClaimStore, SupportsJobList
+from . import configure_logging
+from ._inspect import _console, _iso, check_file
+
+__all__ = ["JobStatus", "Snapshot", "read_snapshot", "status"]
+
+
+@attrs.frozen(kw_only=True)
+class JobStatus:
+    """One job: its latest slots and how its recent runs ended."""
+
+    job: str
+    latest: tuple[RunRecord, ...]
+    counts: dict[str, int]
+    counted: int
+    """How many recent runs `counts` covers."""
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    store: str
+    now_ms: int
+    jobs: tuple[JobStatus, ...]
+
+
+async def _job_names(store: ClaimStore, url: StoreURL, chosen: Sequence[str]) -> list[str]:
+    if chosen:
+        return list(chosen)
+    if isinstance(store, SupportsJobList):
+        return await store.jobs()
+    raise ConfigError(
+        f"{url.scheme}:// cannot list its jobs; name them with --job JOB (repeatable)"
+    )
+
+
+async def read_snapshot(
+    store: ClaimStore, url: StoreURL, jobs: Sequence[str], *, slots: int, window: int
+) -> Snapshot:
+    """Read every job's latest `slots` runs, and count the statuses of its last `window`."""
+    if not store.capabilities.history:
+        raise ConfigError(f"store {url} keeps no run history ({url.scheme}:// has none)")
+    names = await _job_names(store, url, jobs)
+    now = await store.now_ms()
+    now_ms = now if now is not None else time.time_ns() // 1_000_000
+    result = []
+    for name in names:
+        records = await store.history(name, max(slots, window))
+        counts = Counter(str(r.status) for r in records[:window])
+        result.append(
+            JobStatus(
+                job=name,
+                latest=tuple(records[:slots]),
+                counts=dict(sorted(counts.items())),
+                counted=min(len(records), window),
+            )
+        )
+    return Snapshot(store=str(url), now_ms=now_ms, jobs=tuple(result))
+
+
+def _lease_left(record: RunRecord, now_ms: int) -> int | None:
+    if record.status is not RunStatus.RUNNING or record.lease_until is None:
+        return None
+    return record.lease_until - now_ms
+
+
+def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "store": snapshot.store,
+        "now": _iso(snapshot.now_ms),
+        "now_ms": snapshot.now_ms,
+        "jobs": [
+            {
+                "job": job.job,
+                "counts": job.counts,
+                "counted_runs": job.counted,
+                "latest": [
+                    {
+                        "slot": _iso(r.slot),
+                        "slot_ms": r.slot,
+                        "status": str(r.status),
+                        "attempt": r.attempt,
+                        "winner": r.holder,
+                        "lease_remaining_ms": _lease_left(r, snapshot.now_ms),
+                        "finished_at": _iso(r.finished_at) or None,
+                        "error": redact(r.error) if r.error else None,
+                    }
+                    for r in job.latest
+                ],
+            }
+            for job in snapshot.jobs
+        ],
+    }
+
+
+_STYLES = {"running": "yellow", "succeeded": "green", "failed": "red", "interrupted": "magenta"}
+
+
+def render(snapshot: Snapshot) -> Group:
+    """The rich view: one table for all jobs, newest slot first within each job."""
+    table = Table(
+        title=f"{snapshot.store} at {_iso(snapshot.now_ms)} (store clock)", title_justify="left"
+    )
+    for column in ("job", "slot (UTC)", "status", "attempt", "winner", "lease left", "recent"):
+        table.add_column(column, overflow="fold")
+    for job in snapshot.jobs:
+        recent = ", ".join(f"{n} {s}" for s, n in job.counts.items()) or "no runs"
+        if not job.latest:
+            table.add_row(job.job, "", "", "", "", "", recent)
+        for index, r in enumerate(job.latest):
+            left = _lease_left(r, snapshot.now_ms)
+            style = _STYLES.get(str(r.status), "")
+            table.add_row(
+                job.job if index == 0 else "",
+                _iso(r.slot),
+                f"[{style}]{r.status}[/{style}]" if style else str(r.status),
+                str(r.attempt),
+                r.holder,
+                "" if left is None else ("expired" if left < 0 else f"{left / 1000:.1f} s"),
+                f"{recent} (last {job.counted})" if index == 0 else "",
+                end_section=index == len(job.latest) - 1,
+            )
+    if not snapshot.jobs:
+        return Group(table, "no jobs in this store yet")
+    return Group(table)
+
+
+@click.command()
+@click.argument("url")
+@click.option("--job", "jobs", multiple=True, help="Show this job (repeatable; default: all).")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print one snapshot as JSON and exit.")
+@click.option("--interval", default="2s", show_default=True, help="Refresh period of the view.")
+@click.option("--slots", default=5, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--window",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="How many recent runs per job the status counts cover.",
+)
+@click.pass_context
+def status(
+    ctx: click.Context,
+    url: str,
+    jobs: tuple[str, ...],
+    once: bool,
+    as_json: bool,
+    interval: str,
+    slots: int,
+    window: int,
+) -> None:
+    """Show the jobs in the store at URL: their latest slots with winner, attempt and lease
+    left, and how their recent runs ended. Refreshes until Ctrl-C unless --once or --json.
+
+    Times are UTC, by the store's clock. Passwords in URL are never printed.
+    """
+    configure_logging(ctx, "WARNING")
+    parsed = StoreURL.parse(url)
+    for job in jobs:
+        check_name(job, what="job name")
+    period_s = to_ms(interval, what="--interval") / 1000
+    check_file(parsed)
+
+    async def main() -> None:
+        async with connect(parsed) as store:
+            snapshot = await read_snapshot(store, parsed, jobs, slots=slots, window=window)
+            if as_json:
+                click.echo(json.dumps(snapshot_json(snapshot), indent=2))
+                return
+            console = _console()
+            if once:
+                console.print(render(snapshot))
+                return
+            with Live(render(snapshot), console=console, auto_refresh=False) as live:
+                while True:
+                    await asyncio.sleep(period_s)
+                    snapshot = await read_snapshot(store, parsed, jobs, slots=slots, window=window)
+                    live.update(render(snapshot), refresh=True)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return
