@@ -147,6 +147,10 @@ class IdempotenceTests(HarnessSuite):
                     first = await within(store.claim(request))
                 except StoreUnavailable:
                     pass
+                except Exception as exc:
+                    raise AssertionError(
+                        f"a lost reply must be unknown or raise StoreUnavailable, got {exc!r}"
+                    ) from exc
                 untouched = proxy.drop_pending
                 proxy.heal()
                 answers = [await resend(store, request)]
@@ -157,3 +161,6 @@ class IdempotenceTests(HarnessSuite):
                 assert len(won) <= 1, f"C3: {len(won)} wins of {job} after a lost reply"
                 if untouched:
                     break
+            else:
+                pytest.fail(f"a claim took more than {MAX_WRITES} writes through the proxy")
+            assert proxy.replies_dropped >= 1, "the proxy never lost a reply: nothing was checked"

@@ -1,0 +1,181 @@
+"""The store's connection to RabbitMQ: one AMQP connection with a few confirm channels, reopened
+on demand, and the translation of driver errors into anarchon's (never showing the password)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from urllib.parse import urlencode
+
+import aiormq
+from aiormq.abc import AbstractChannel, AbstractConnection
+
+from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, redact
+
+from ._options import RabbitMQOptions
+
+__all__ = ["Link", "driver_url"]
+
+log = logging.getLogger("anarchon.rabbitmq")
+
+
+def driver_url(url: StoreURL, options: RabbitMQOptions) -> str:
+    """The URL aiormq connects to: the store URL without anarchon's options, plus the driver's
+    own parameters (heartbeat, TLS files). Contains the password: never log it."""
+    params: dict[str, str] = {"heartbeat": str(options.heartbeat_s)}
+    if options.cafile:
+        params["cafile"] = options.cafile
+    if options.certfile:
+        params["certfile"] = options.certfile
+    if options.keyfile:
+        params["keyfile"] = options.keyfile
+    if not options.verify:
+        params["no_verify_ssl"] = "1"
+    base = url.without_query()
+    if base.count("/") < 3:
+        base += "/"  # aiormq needs a path; "/" is the default virtual host
+    return f"{base}?{urlencode(params)}"
+
+
+class Link:
+    """One connection and `options.channels` confirm channels, used in turn. A closed channel or
+    connection is reopened by the next call; a failed reconnect is `StoreUnavailable`."""
+
+    def __init__(self, url: StoreURL, options: RabbitMQOptions) -> None:
+        self._url = driver_url(url, options)
+        self.shown = str(url).split("?", 1)[0]
+        self._secrets = tuple(s for s in (url.password,) if s)
+        self._options = options
+        self._connection: AbstractConnection | None = None
+        self._channels: list[AbstractChannel | None] = [None] * options.channels
+        self._turn = 0
+        self._lock = asyncio.Lock()
+
+    # -- errors ---------------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        text = redact(text)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def unavailable(self, what: str, exc: BaseException | None = None) -> StoreUnavailable:
+        detail = f": {self.scrub(f'{type(exc).__name__}: {exc}')}" if exc is not None else ""
+        return StoreUnavailable(f"RabbitMQ at {self.shown}: {what}{detail}")
+
+    def translate(self, exc: BaseException) -> AnarchonError:
+        """A connection failure as `ConfigError` (login or virtual host refused: retrying will not
+        help) or `StoreUnavailable` (the broker is down or unreachable: retry)."""
+        if isinstance(exc, (aiormq.exceptions.ProbableAuthenticationError,)):
+            return ConfigError(
+                f"RabbitMQ at {self.shown} refused the login: {self.scrub(str(exc))}. Check the "
+                "user name and password in the URL, and that the user may use this virtual host"
+            )
+        if isinstance(exc, aiormq.exceptions.AuthenticationError):
+            return ConfigError(
+                f"RabbitMQ at {self.shown} offers no authentication mechanism anarchon can use: "
+                f"{self.scrub(str(exc))}"
+            )
+        if isinstance(exc, aiormq.exceptions.ConnectionNotAllowed):
+            return ConfigError(
+                f"RabbitMQ at {self.shown} refused the virtual host: {self.scrub(str(exc))}"
+            )
+        return self.unavailable("cannot connect", exc)
+
+    # -- connection -----------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and not self._connection.is_closed
+
+    async def channel(self) -> AbstractChannel:
+        """The next open confirm channel, reconnecting or reopening it when needed."""
+        turn = self._turn
+        self._turn = (turn + 1) % len(self._channels)
+        channel = self._channels[turn]
+        if channel is not None and not channel.is_closed and self.connected:
+            return channel
+        async with self._lock:
+            connection = await self._connected()
+            channel = self._channels[turn]
+            if channel is None or channel.is_closed:
+                channel = await self._open_channel(connection)
+                self._channels[turn] = channel
+            return channel
+
+    async def _connected(self) -> AbstractConnection:
+        """The open connection, or a new one (call with the lock held)."""
+        connection = self._connection
+        if connection is not None and not connection.is_closed:
+            return connection
+        self._connection = None
+        self._channels = [None] * len(self._channels)
+        if connection is not None:
+            await _quietly_close(connection)
+        timeout = self._options.connect_timeout_ms / 1000
+        try:
+            connection = await asyncio.wait_for(aiormq.connect(self._url), timeout)
+        except asyncio.TimeoutError as exc:
+            raise self.unavailable(f"no connection within {timeout:g} s", exc) from None
+        except (OSError, aiormq.exceptions.AMQPError, asyncio.IncompleteReadError) as exc:
+            raise self.translate(exc) from None
+        # All channels now, so that a claim's first write is its claim, not a channel opening.
+        try:
+            channels: list[AbstractChannel | None] = [
+                await self._open_channel(connection) for _ in self._channels
+            ]
+        except BaseException:
+            await _quietly_close(connection)
+            raise
+        self._connection, self._channels = connection, channels
+        log.debug("connected to RabbitMQ at %s", self.shown)
+        return connection
+
+    async def _open_channel(self, connection: AbstractConnection) -> AbstractChannel:
+        try:
+            return await asyncio.wait_for(
+                connection.channel(publisher_confirms=True, on_return_raises=True),
+                self._options.connect_timeout_ms / 1000,
+            )
+        except (asyncio.TimeoutError, OSError, aiormq.exceptions.AMQPError, RuntimeError) as exc:
+            raise self.unavailable("cannot open a channel", exc) from None
+
+    async def ensure(self) -> None:
+        """Connect now and open every channel, or raise."""
+        async with self._lock:
+            await self._connected()
+
+    async def message_count(self, queue: str) -> int:
+        """Messages in `queue` (0 if it does not exist), by a passive declare on a short-lived
+        channel: it never consumes. Like any declaration it restarts the queue's expiry timer,
+        which only makes RabbitMQ remember the run longer. Raises `StoreUnavailable`."""
+        async with self._lock:
+            connection = await self._connected()
+        try:
+            return await asyncio.wait_for(
+                _passive_count(connection, queue), self._options.connect_timeout_ms / 1000
+            )
+        except (asyncio.TimeoutError, OSError, aiormq.exceptions.AMQPError, RuntimeError) as exc:
+            raise self.unavailable(f"cannot inspect queue {queue!r}", exc) from None
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self._channels = [None] * len(self._channels)
+        if connection is not None:
+            await _quietly_close(connection)
+
+
+async def _passive_count(connection: AbstractConnection, queue: str) -> int:
+    channel = await connection.channel(publisher_confirms=False)
+    try:
+        ok = await channel.queue_declare(queue, passive=True)
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        return 0
+    finally:
+        if not channel.is_closed:
+            await _quietly_close(channel)
+    return int(ok.message_count or 0)
+
+
+async def _quietly_close(closable: AbstractConnection | AbstractChannel) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(closable.close(), 2)

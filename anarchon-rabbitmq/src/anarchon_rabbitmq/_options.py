@@ -1,0 +1,72 @@
+"""Options of `amqp://` and `amqps://` (URL query parameters or keyword arguments of `connect`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from anarchon import ConfigError, DurationMs, StoreOptions
+
+__all__ = [
+    "DEFAULT_SLOT_TTL_MS",
+    "MAX_SLOT_TTL_MS",
+    "MIN_SLOT_TTL_MS",
+    "RabbitMQOptions",
+]
+
+DEFAULT_SLOT_TTL_MS = 600_000
+"""Ten minutes: far above the runtime's longest default ``max_late`` (one minute) plus skew, and
+short enough that a job firing every second keeps only about 600 queues alive."""
+MIN_SLOT_TTL_MS = 1_000
+MAX_SLOT_TTL_MS = 7 * 86_400_000
+"""A week: RabbitMQ keeps one queue per run for this long."""
+
+
+def _bounded(low: int, high: int, unit: str = "") -> Any:
+    def check(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{attribute.name} must be from {low} to {high}{unit}, got {value!r}")
+
+    return check
+
+
+def _optional_path(_: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{attribute.name} must be a file path, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RabbitMQOptions(StoreOptions):
+    """Options of the RabbitMQ store. ``history_limit`` and ``retention_margin_ms`` (common to all
+    stores) are accepted and unused: RabbitMQ keeps no history and forgets a run with its queue."""
+
+    slot_ttl_ms: DurationMs = attrs.field(
+        default=DurationMs(DEFAULT_SLOT_TTL_MS),
+        validator=_bounded(MIN_SLOT_TTL_MS, MAX_SLOT_TTL_MS, " ms (1 s to 7 days)"),
+    )
+    """How long RabbitMQ remembers a run: the ``x-expires`` of each run's queue, counted from the
+    last claim that declared it. It is `Capabilities.remembers_ms`, so the scheduler refuses a job
+    whose ``max_late`` plus clock skew exceeds it (T3). Every instance of a deployment must use the
+    same value (RabbitMQ refuses a queue declared with another one)."""
+    channels: int = attrs.field(default=4, validator=_bounded(1, 64))
+    """Confirm channels per store, used in turn: RabbitMQ creates queues in parallel across
+    channels, so concurrent first claims of many jobs finish sooner."""
+    connect_timeout_ms: DurationMs = attrs.field(
+        default=DurationMs(5_000), validator=_bounded(100, 300_000, " ms")
+    )
+    """Longest a connection attempt (TCP, TLS, AMQP handshake, channels) may take."""
+    confirm_timeout_ms: DurationMs = attrs.field(
+        default=DurationMs(8_000), validator=_bounded(100, 300_000, " ms")
+    )
+    """Longest a claim waits for the broker's confirm; past it the claim is `unknown` (C3)."""
+    heartbeat_s: int = attrs.field(default=60, validator=_bounded(0, 3_600, " s"))
+    """AMQP heartbeat, so a dead connection is noticed between claims (0 turns it off)."""
+    cafile: str | None = attrs.field(default=None, validator=_optional_path)
+    """amqps: CA bundle to verify the broker's certificate (default: the system's)."""
+    certfile: str | None = attrs.field(default=None, validator=_optional_path)
+    """amqps: client certificate, for brokers that require one."""
+    keyfile: str | None = attrs.field(default=None, validator=_optional_path)
+    """amqps: the client certificate's private key."""
+    verify: bool = True
+    """amqps: verify the broker's certificate and host name. Turn off only for tests."""

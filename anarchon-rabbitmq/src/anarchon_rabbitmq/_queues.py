@@ -1,0 +1,71 @@
+"""What a claim is made of on the broker: the run's queue, its arguments and the claim message."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pamqp import commands as spec
+
+from anarchon import ClaimRequest, StoreCorrupt
+
+__all__ = ["claim_body", "claim_properties", "explain_refusal", "queue_arguments", "queue_name"]
+
+QUEUE_TYPE = "classic"
+"""Quorum queues accept a second message at ``x-max-length: 1`` (seen on 3.10): never them."""
+
+
+def queue_name(prefix: str, job: str, slot: int) -> str:
+    """``<prefix>.<job>.slot.<slot>``: at most 227 bytes, within RabbitMQ's 255 (names are
+    checked by `check_name`: letters, digits, ``_`` and ``-`` only)."""
+    return f"{prefix}.{job}.slot.{slot}"
+
+
+def queue_arguments(slot_ttl_ms: int) -> dict[str, Any]:
+    """A gate that holds one message and refuses the rest, and forgets itself `slot_ttl_ms` after
+    the last declaration. ``x-queue-type`` is explicit, so a virtual host whose default type is
+    quorum cannot change it, and an existing queue of another type is refused by the broker."""
+    return {
+        "x-queue-type": QUEUE_TYPE,
+        "x-max-length": 1,
+        "x-overflow": "reject-publish",
+        "x-expires": slot_ttl_ms,
+    }
+
+
+def claim_body(request: ClaimRequest, now_ms: int) -> bytes:
+    """The claim as JSON, for whoever inspects the queue (it is never consumed)."""
+    return json.dumps(
+        {
+            "job": request.job,
+            "slot": request.slot,
+            "token": request.token,
+            "instance": request.instance,
+            "claimed_at": now_ms,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def claim_properties(request: ClaimRequest, now_ms: int) -> spec.Basic.Properties:
+    """Persistent, so a claim survives a broker restart with its durable queue."""
+    return spec.Basic.Properties(
+        content_type="application/json",
+        delivery_mode=2,
+        message_id=request.token,
+        app_id="anarchon",
+        timestamp=None,
+        headers={"claimed_at": now_ms},
+    )
+
+
+def explain_refusal(queue: str, reply: str, slot_ttl_ms: int) -> StoreCorrupt:
+    """The error for a queue the broker would not declare with our arguments (PRECONDITION_FAILED):
+    someone else's queue, a quorum queue, or an instance with another `slot_ttl_ms`."""
+    wanted = ", ".join(f"{k}={v}" for k, v in queue_arguments(slot_ttl_ms).items())
+    return StoreCorrupt(
+        f"RabbitMQ queue {queue!r} exists with other settings than anarchon's claim queues "
+        f"(durable, {wanted}); the broker said: {reply}. anarchon never uses such a queue: a "
+        "quorum queue or one without the max-length-1 gate could let two instances win. Delete "
+        "the queue, use another prefix, or give every instance the same slot_ttl"
+    )

@@ -1,0 +1,263 @@
+"""`amqp://` and `amqps://`: each run is a durable classic queue that holds at most one message;
+the claim that fills it wins. One round trip per claim: the queue's declaration (no-wait) and the
+claim's publish leave together, and the publisher confirm answers both."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import ClassVar
+
+import aiormq
+from aiormq.abc import AbstractChannel
+
+from anarchon import (
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    ClaimStore,
+    ConfigError,
+    Outcome,
+    RunRecord,
+    StoreOptions,
+    StoreUnavailable,
+    StoreURL,
+)
+
+from ._link import Link
+from ._options import RabbitMQOptions
+from ._queues import (
+    claim_body,
+    claim_properties,
+    explain_refusal,
+    queue_arguments,
+    queue_name,
+)
+
+__all__ = ["RabbitMQStore"]
+
+log = logging.getLogger("anarchon.rabbitmq")
+
+UNSETTLED_KEPT = 10_000
+"""Tokens whose claim was sent without an answer, remembered so a resend that finds the queue
+full says `unknown` (the stored claim may be its own) instead of `lost`."""
+OPEN_TRIES = 3
+
+_CHANNEL_ERRORS = (aiormq.exceptions.AMQPError, OSError, RuntimeError, asyncio.IncompleteReadError)
+"""What a broken channel or connection raises (aiormq's ChannelInvalidStateError is a
+RuntimeError)."""
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class RabbitMQStore(ClaimStore):
+    """A claim store without leases on RabbitMQ (DESIGN section 4, "Store facts: RabbitMQ").
+
+    ``claim`` declares ``<prefix>.<job>.slot.<slot>`` (durable, classic, ``x-max-length: 1``,
+    ``x-overflow: reject-publish``, ``x-expires: slot_ttl_ms``) and publishes the claim to it on a
+    confirm channel, mandatory: ack is `won`, nack (the queue is full) is `lost` (C1: the broker
+    handles one queue's publishes in order). Nothing ever consumes a claim queue.
+
+    There is no self-recognition (C3): a claim whose confirm never came is checked with a passive
+    declare. An empty queue proves it was not stored (`StoreUnavailable`: resend it); a full one
+    may hold it (`unknown`, never `won`). If the broker cannot be reached to check, the claim is
+    `StoreUnavailable` and its token is remembered, so the resend answers `unknown` when it finds
+    the queue full and `won` only when its own publish filled the empty queue.
+
+    No store clock: lateness is judged by this instance's clock (T4), and a slot older than
+    ``slot_ttl_ms`` is `late` whatever ``max_late`` says, because the broker may have forgotten it.
+    """
+
+    Options: ClassVar[type[StoreOptions]] = RabbitMQOptions
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        if not isinstance(options, RabbitMQOptions):
+            raise TypeError(f"RabbitMQStore needs RabbitMQOptions, got {type(options).__name__}")
+        if url.scheme not in ("amqp", "amqps"):
+            raise ConfigError(f"RabbitMQ URL {url} must start with amqp:// or amqps://")
+        if not url.host:
+            raise ConfigError(f"RabbitMQ URL {url} has no host: write amqp://user:pass@host:5672/")
+        self.url = url
+        self.options: RabbitMQOptions = options
+        self._link = Link(url, options)
+        self._arguments = queue_arguments(options.slot_ttl_ms)
+        self._unsettled: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._closed = False
+
+    @classmethod
+    def create(cls, url: str, **options: object) -> RabbitMQStore:
+        """Build a store directly (tests, examples); open it with ``await store.open()``."""
+        from anarchon._options import structure_options
+
+        parsed = StoreURL.parse(url)
+        merged = {**parsed.options(), **options}
+        opts = structure_options(RabbitMQOptions, merged, where=f"{parsed.scheme}://")
+        return cls(parsed, opts)
+
+    def __repr__(self) -> str:
+        return f"RabbitMQStore({self._link.shown!r}, prefix={self.options.prefix!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            leases=False,
+            self_recognition=False,
+            fencing=False,
+            overlap=False,
+            history=False,
+            store_clock=False,
+            batch=False,
+            remembers_ms=self.options.slot_ttl_ms,
+        )
+
+    async def open(self) -> None:
+        """Connect and open a confirm channel, retrying briefly. Nothing is created up front:
+        each run's queue is declared by its claims."""
+        self._closed = False
+        for attempt in range(1, OPEN_TRIES + 1):
+            try:
+                await self._link.ensure()
+                return
+            except StoreUnavailable:
+                if attempt == OPEN_TRIES:
+                    raise
+                await asyncio.sleep(0.2 * attempt)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._link.close()
+
+    async def now_ms(self) -> int | None:
+        """None: RabbitMQ has no clock to read (T4: lateness by the instance's clock)."""
+        return None
+
+    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+        """Always empty: a claim queue is never read (reading would consume the claim), so
+        RabbitMQ keeps no history anarchon could show (`capabilities.history` is False)."""
+        return []
+
+    # -- the claim ------------------------------------------------------------------------------
+    async def claim(self, request: ClaimRequest) -> Claim:
+        now = _wall_ms()
+        age = now - request.slot
+        if age > request.max_late_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old by this instance's clock, older than max_late "
+                f"({request.max_late_ms} ms)",
+            )
+        if age > self.options.slot_ttl_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old, older than RabbitMQ remembers a run "
+                f"(slot_ttl {self.options.slot_ttl_ms} ms)",
+            )
+        if self._closed:
+            raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
+        queue = queue_name(self.options.prefix, request.job, request.slot)
+        channel = await self._link.channel()
+        try:
+            await channel.queue_declare(queue, durable=True, nowait=True, arguments=self._arguments)
+        except _CHANNEL_ERRORS as exc:
+            raise self._link.unavailable(f"the claim of {queue} was not sent", exc) from None
+        # From here on the claim may reach the broker: a lost answer is never `won` (C3).
+        publishing = asyncio.ensure_future(self._publish(channel, queue, request, now))
+        try:
+            done, _ = await asyncio.wait(
+                {publishing}, timeout=self.options.confirm_timeout_ms / 1000
+            )
+        except asyncio.CancelledError:
+            self._remember(request.token)
+            raise
+        if not done:
+            publishing.add_done_callback(_ignore_result)
+            self._remember(request.token)
+            return Claim(
+                outcome=Outcome.UNKNOWN,
+                reason=f"RabbitMQ did not confirm the claim of {queue} within "
+                f"{self.options.confirm_timeout_ms} ms; it may have been stored (C3)",
+            )
+        return await self._decide(publishing, queue, request)
+
+    @staticmethod
+    async def _publish(
+        channel: AbstractChannel, queue: str, request: ClaimRequest, now: int
+    ) -> object:
+        return await channel.basic_publish(
+            claim_body(request, now),
+            routing_key=queue,
+            properties=claim_properties(request, now),
+            mandatory=True,
+        )
+
+    async def _decide(
+        self, publishing: asyncio.Future[object], queue: str, request: ClaimRequest
+    ) -> Claim:
+        if publishing.cancelled():
+            return await self._settle(request, queue, "the channel closed before the confirm")
+        exc = publishing.exception()
+        if exc is None:
+            self._unsettled.pop(request.token, None)
+            return Claim(
+                outcome=Outcome.WON, attempt=1, token=request.token, holder=request.instance
+            )
+        if isinstance(exc, aiormq.exceptions.PublishError):
+            # Returned unroutable: the queue vanished between declare and publish; not stored.
+            raise self._link.unavailable(f"the claim of {queue} was returned unrouted", exc)
+        if isinstance(exc, aiormq.exceptions.DeliveryError):
+            if request.token in self._unsettled:
+                return Claim(
+                    outcome=Outcome.UNKNOWN,
+                    reason=f"queue {queue} is full, and an earlier send of this token got no "
+                    "answer: the stored claim may be this one (RabbitMQ cannot tell, C3)",
+                )
+            return Claim(outcome=Outcome.LOST, reason=f"queue {queue} already holds a claim")
+        if isinstance(
+            exc,
+            (aiormq.exceptions.ChannelPreconditionFailed, aiormq.exceptions.ChannelAccessRefused),
+        ) and f"'{queue}'" in str(exc):
+            if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
+                raise ConfigError(
+                    f"RabbitMQ at {self._link.shown} refused queue {queue!r}: "
+                    f"{self._link.scrub(str(exc))}. The user needs configure and write "
+                    f"permissions on queues named '{self.options.prefix}\\..*' (never read)"
+                ) from None
+            raise explain_refusal(queue, self._link.scrub(str(exc)), self.options.slot_ttl_ms)
+        if isinstance(exc, _CHANNEL_ERRORS):
+            return await self._settle(request, queue, f"{type(exc).__name__} before the confirm")
+        raise exc
+
+    async def _settle(self, request: ClaimRequest, queue: str, cause: str) -> Claim:
+        """The claim was sent and its answer lost: find out whether it can have been stored."""
+        self._remember(request.token)
+        try:
+            count = await self._link.message_count(queue)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(
+                f"{exc} ({cause}; resend with the same token: if the claim was stored, the "
+                "resend is unknown, never won)"
+            ) from None
+        if count == 0:
+            raise self._link.unavailable(
+                f"the claim of {queue} was not stored ({cause}); resend it"
+            )
+        log.info("claim of %s: unknown (%s)", queue, cause, extra={"job": request.job})
+        return Claim(
+            outcome=Outcome.UNKNOWN,
+            reason=f"{cause}, and queue {queue} holds a claim that may be this one (C3)",
+        )
+
+    def _remember(self, token: str) -> None:
+        self._unsettled[token] = None
+        self._unsettled.move_to_end(token)
+        while len(self._unsettled) > UNSETTLED_KEPT:
+            self._unsettled.popitem(last=False)
+
+
+def _ignore_result(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()

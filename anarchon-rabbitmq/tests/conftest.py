@@ -1,0 +1,93 @@
+"""The RabbitMQ tests run against the broker at ``ANARCHON_TEST_AMQP_URL`` (default: the local
+one, guest/guest). Each test uses its own prefix and deletes the queues it knows it created, over
+a raw aiormq connection that bypasses the store (the tests' oracle)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from urllib.parse import urlsplit
+
+import aiormq
+import pytest
+import pytest_asyncio
+
+AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def _reason() -> str | None:
+    async def check() -> None:
+        connection = await asyncio.wait_for(aiormq.connect(AMQP_URL), 5)
+        await connection.close()
+
+    try:
+        asyncio.run(check())
+    except Exception as exc:  # noqa: BLE001 - any failure means: skip, saying why
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_REASON = _reason()
+
+
+def require_broker() -> None:
+    if _REASON is not None:
+        pytest.skip(
+            f"RabbitMQ at {urlsplit(AMQP_URL).hostname} does not answer ({_REASON}); start it "
+            "with scripts/services or set ANARCHON_TEST_AMQP_URL"
+        )
+
+
+def address() -> tuple[str, int]:
+    parts = urlsplit(AMQP_URL)
+    return (parts.hostname or "127.0.0.1", parts.port or 5672)
+
+
+def url_via(host: str, port: int, *, password: str | None = None) -> str:
+    """AMQP_URL reached through ``host:port`` (the fault proxy), optionally with another
+    password."""
+    parts = urlsplit(AMQP_URL)
+    user = parts.username or "guest"
+    secret = parts.password if password is None else password
+    return f"{parts.scheme}://{user}:{secret}@{host}:{port}{parts.path or '/'}"
+
+
+async def message_count(queue: str) -> int | None:
+    """Messages in `queue` by a passive declare, or None when it does not exist."""
+    connection = await aiormq.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        try:
+            ok = await channel.queue_declare(queue, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return None
+        return int(ok.message_count or 0)
+    finally:
+        await connection.close()
+
+
+async def delete_queues(names: Iterable[str]) -> None:
+    connection = await aiormq.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        for name in names:
+            await channel.queue_delete(name)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    require_broker()
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest_asyncio.fixture
+async def cleanup() -> AsyncIterator[set[str]]:
+    """Queue names the test adds here are deleted afterwards."""
+    names: set[str] = set()
+    yield names
+    if names:
+        await delete_queues(sorted(names))

@@ -1,0 +1,91 @@
+"""Certify `amqp://` with the conformance kit, exactly as a third-party backend would.
+
+The backdoor is a passive queue declare on a raw aiormq connection, not the store's code. The
+queues the kit creates expire by themselves after ``slot_ttl`` (30 s here): AMQP cannot list
+queues, and the kit chooses the jobs and slots.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+import aiormq
+import pytest
+
+from anarchon import Capabilities, RunRecord, RunStatus
+from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
+from anarchon_rabbitmq import queue_name
+
+AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+SLOT_TTL_MS = 30_000
+"""Longer than the kit's oldest slot (the C1 process check claims about ten seconds back), short
+enough that the queues clean themselves up."""
+
+
+class RabbitMQHarness(BackendHarness):
+    """The broker at ANARCHON_TEST_AMQP_URL; isolation comes from the kit's prefixes and jobs."""
+
+    name = "rabbitmq"
+
+    async def setup(self) -> None:
+        try:
+            connection = await aiormq.connect(AMQP_URL)
+        except Exception as exc:  # noqa: BLE001 - any failure means: skip, saying why
+            pytest.skip(f"RabbitMQ does not answer: {type(exc).__name__}")
+        self.version = str(connection.server_properties.get("version", "?"))
+        await connection.close()
+
+    def url(self, address: tuple[str, int] | None = None) -> str:
+        parts = urlsplit(AMQP_URL)
+        netloc = parts.netloc
+        if address is not None:
+            user = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
+            netloc = f"{user}{address[0]}:{address[1]}"
+        return f"{parts.scheme}://{netloc}{parts.path or '/'}?slot_ttl_ms={SLOT_TTL_MS}"
+
+    def address(self) -> tuple[str, int] | None:
+        parts = urlsplit(AMQP_URL)
+        return (parts.hostname or "127.0.0.1", parts.port or 5672)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            leases=False,
+            self_recognition=False,
+            fencing=False,
+            overlap=False,
+            history=False,
+            store_clock=False,
+            remembers_ms=SLOT_TTL_MS,
+        )
+
+    async def server_version(self) -> str:
+        return f"RabbitMQ {self.version}"
+
+    async def force_expire(self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX) -> None:
+        raise NotImplementedError("RabbitMQ runs hold no leases")
+
+    async def raw_run(
+        self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX
+    ) -> RunRecord | None:
+        """Whether the run's queue holds a claim. The token is not shown: reading it would
+        consume the claim, so it stays empty."""
+        connection = await aiormq.connect(AMQP_URL)
+        try:
+            channel = await connection.channel()
+            try:
+                ok = await channel.queue_declare(queue_name(prefix, job, slot), passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                return None
+        finally:
+            await connection.close()
+        if not ok.message_count:
+            return None
+        return RunRecord(
+            job=job, slot=slot, status=RunStatus.CLAIMED, attempt=1, token="", holder=""
+        )
+
+
+class TestRabbitMQConformance(ConformanceSuite):
+    harness_class = RabbitMQHarness
