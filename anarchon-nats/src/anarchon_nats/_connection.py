@@ -1,0 +1,106 @@
+"""Connecting to NATS: the driver's arguments from the URL, and errors that never show a secret.
+
+The password (or token) is handed to nats-py as an argument, never inside the server URL, so no
+driver message can repeat it; every message anarchon builds is scrubbed of it as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import nats.errors
+from nats.js.errors import APIError, NoStreamResponseError
+
+from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
+
+from ._options import NATSOptions
+
+__all__ = ["DRIVER_ERRORS", "connect_kwargs", "scrub", "shown_url", "translate"]
+
+DEFAULT_PORT = 4222
+DRIVER_ERRORS = (nats.errors.Error, OSError, asyncio.TimeoutError, TimeoutError, ValueError)
+"""What the driver raises (ValueError: an answer that is not JSON)."""
+
+
+def shown_url(url: StoreURL) -> str:
+    """``scheme://user:***@host:port`` (a token alone is shown as ``***@``), without options."""
+    auth = ""
+    if url.username is not None and url.password is not None:
+        auth = f"{url.username}:***@"
+    elif url.username is not None:
+        auth = "***@"
+    return f"{url.scheme}://{auth}{url.host or '127.0.0.1'}:{url.port or DEFAULT_PORT}"
+
+
+def secrets(url: StoreURL) -> tuple[str, ...]:
+    values = [url.password or ""]
+    if url.password is None and url.username:
+        values.append(url.username)  # a token
+    return tuple(v for v in values if v)
+
+
+def scrub(text: str, hidden: tuple[str, ...]) -> str:
+    for secret in hidden:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _tls_context(options: NATSOptions) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=options.tls_ca_file)
+        if options.tls_cert_file and options.tls_key_file:
+            context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files: {exc}") from None
+    return context
+
+
+def connect_kwargs(url: StoreURL, options: NATSOptions) -> dict[str, Any]:
+    """nats-py's `connect` arguments; credentials separate from the server address."""
+    if url.scheme not in ("nats", "tls"):
+        raise ConfigError(f"NATS URL {shown_url(url)} must start with nats:// or tls://")
+    if url.path:
+        raise ConfigError(
+            f"NATS URL {shown_url(url)} has a path {url.path!r}: write nats://host:port"
+        )
+    kwargs: dict[str, Any] = {
+        "servers": [f"{url.scheme}://{url.host or '127.0.0.1'}:{url.port or DEFAULT_PORT}"]
+    }
+    if url.username is not None and url.password is not None:
+        kwargs["user"] = url.username
+        kwargs["password"] = url.password
+    elif url.username:
+        kwargs["token"] = url.username
+    if url.scheme == "tls" or options.tls_ca_file or options.tls_cert_file:
+        kwargs["tls"] = _tls_context(options)
+        kwargs["tls_hostname"] = url.host
+    return kwargs
+
+
+def translate(exc: BaseException, where: str, hidden: tuple[str, ...]) -> AnarchonError:
+    """The anarchon error for a driver error raised by an operation on the server `where`."""
+    if isinstance(exc, AnarchonError):
+        return exc
+    detail = scrub(" ".join(str(exc).split()) or type(exc).__name__, hidden)
+    if isinstance(exc, NoStreamResponseError):
+        return StoreUnavailable(
+            f"NATS at {where}: no JetStream answer ({detail}); the server may be starting, or "
+            "JetStream is off; the claim may be resent with the same token"
+        )
+    if isinstance(exc, APIError):
+        if exc.code in (401, 403) or "permission" in detail.lower():
+            return ConfigError(
+                f"NATS at {where}: permission denied ({detail}); see the README for the "
+                "subjects the user must be allowed"
+            )
+        if exc.code is not None and exc.code >= 500:
+            return StoreUnavailable(f"NATS at {where}: JetStream is unavailable ({detail})")
+        return StoreCorrupt(f"NATS at {where}: JetStream refused a request ({detail})")
+    if isinstance(exc, (nats.errors.Error, OSError, asyncio.TimeoutError, TimeoutError)):
+        return StoreUnavailable(
+            f"NATS at {where} cannot be reached ({detail}); check host, port, user and password "
+            "(not shown); a claim may be resent with the same token"
+        )
+    return StoreUnavailable(f"NATS at {where} failed ({type(exc).__name__}: {detail})")

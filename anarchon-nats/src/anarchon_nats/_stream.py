@@ -1,0 +1,147 @@
+"""The claims stream: its subjects, its settings, and creating or checking it on open.
+
+One stream per prefix. Its subjects have the strategy's shape, so two strategies can never share
+a stream (they would not see each other's claims): ``<prefix>.*.claims`` for msg-id,
+``<prefix>.*.slot.*`` for expected-seq. An existing stream with other settings is refused with a
+`ConfigError` and left as it is: changing a duplicate window or an age would make NATS forget
+claims.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+
+from anarchon import ConfigError
+
+from ._options import NATSOptions
+
+__all__ = ["Subjects", "ensure_stream", "stream_config"]
+
+ERR_STREAM_NAME_IN_USE = 10058
+ERR_SUBJECTS_OVERLAP = 10065
+
+
+class Subjects:
+    """Subject names of one prefix and strategy."""
+
+    def __init__(self, prefix: str, strategy: str) -> None:
+        self.prefix = prefix
+        self.strategy = strategy
+        self.pattern = f"{prefix}.*.claims" if strategy == "msg-id" else f"{prefix}.*.slot.*"
+
+    def claim(self, job: str, slot: int) -> str:
+        if self.strategy == "msg-id":
+            return f"{self.prefix}.{job}.claims"
+        return f"{self.prefix}.{job}.slot.{slot}"
+
+    def job(self, job: str) -> str:
+        """Every claim of `job`, as a filter."""
+        if self.strategy == "msg-id":
+            return f"{self.prefix}.{job}.claims"
+        return f"{self.prefix}.{job}.slot.*"
+
+
+def stream_config(options: NATSOptions) -> StreamConfig:
+    msg_id = options.strategy == "msg-id"
+    return StreamConfig(
+        name=options.stream_name,
+        description=f"anarchon claims of prefix {options.prefix} (strategy {options.strategy})",
+        subjects=[Subjects(options.prefix, options.strategy).pattern],
+        retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.OLD,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_msgs_per_subject=-1,
+        max_age=options.max_age_ms / 1000,
+        storage=StorageType.FILE if options.storage == "file" else StorageType.MEMORY,
+        num_replicas=options.replicas,
+        # expected-seq sends no message ids: the server's default window applies.
+        duplicate_window=options.duplicate_window_ms / 1000 if msg_id else 0,
+    )
+
+
+def _wanted(options: NATSOptions) -> dict[str, Any]:
+    """The settings anarchon relies on, as the server reports them."""
+    config = stream_config(options)
+    wanted: dict[str, Any] = {
+        "subjects": config.subjects,
+        "retention": "limits",
+        "storage": "file" if options.storage == "file" else "memory",
+        "num_replicas": options.replicas,
+        "max_age_ms": options.max_age_ms,
+        # Limits that delete claims before max_age would forget runs (T3).
+        "max_msgs": -1,
+        "max_bytes": -1,
+        "max_msgs_per_subject": -1,
+        "no_ack": False,
+        "sealed": False,
+    }
+    if options.strategy == "msg-id":
+        wanted["duplicate_window_ms"] = options.duplicate_window_ms
+    return wanted
+
+
+def _actual(config: StreamConfig) -> dict[str, Any]:
+    def enum_value(value: Any) -> Any:
+        return getattr(value, "value", value)
+
+    return {
+        "subjects": list(config.subjects or []),
+        "retention": enum_value(config.retention),
+        "storage": enum_value(config.storage),
+        "num_replicas": config.num_replicas or 1,
+        "max_age_ms": round((config.max_age or 0) * 1000),
+        "max_msgs": config.max_msgs if config.max_msgs is not None else -1,
+        "max_bytes": config.max_bytes if config.max_bytes is not None else -1,
+        "max_msgs_per_subject": config.max_msgs_per_subject,
+        "no_ack": bool(config.no_ack),
+        "sealed": bool(config.sealed),
+        "duplicate_window_ms": round((config.duplicate_window or 0) * 1000),
+    }
+
+
+def check_config(options: NATSOptions, config: StreamConfig, where: str) -> None:
+    """`ConfigError` naming every setting of the existing stream that differs from ours."""
+    wanted, actual = _wanted(options), _actual(config)
+    wrong = [f"{k} is {actual[k]!r}, expected {v!r}" for k, v in wanted.items() if actual[k] != v]
+    if wrong:
+        hint = ""
+        if config.subjects and config.subjects != wanted["subjects"]:
+            hint = " (a stream of another strategy or prefix?)"
+        raise ConfigError(
+            f"NATS at {where}: stream {options.stream_name} exists with other settings{hint}: "
+            + "; ".join(wrong)
+            + ". anarchon never changes a stream (that can make NATS forget claims): open with "
+            "the stream's settings, use another prefix or stream name, or change the stream "
+            "with `nats stream edit` while no instance runs"
+        )
+
+
+async def ensure_stream(js: JetStreamContext, options: NATSOptions, where: str) -> None:
+    """Create the stream, or check the one that exists. Safe when many instances start at once:
+    creating a stream with the same settings twice is a no-op for the server."""
+    name = options.stream_name
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        try:
+            info = await js.add_stream(stream_config(options))
+        except APIError as exc:
+            if exc.err_code not in (ERR_SUBJECTS_OVERLAP, ERR_STREAM_NAME_IN_USE):
+                raise
+            # Another instance may have created it a moment ago (the server then answers
+            # either error): check that one. Otherwise another stream holds our subjects.
+            try:
+                info = await js.stream_info(name)
+            except NotFoundError:
+                raise ConfigError(
+                    f"NATS at {where}: cannot create stream {name}: its subjects "
+                    f"{stream_config(options).subjects} overlap another stream's "
+                    f"({exc.description}). Use another prefix, or remove the other stream's "
+                    "subjects"
+                ) from None
+    check_config(options, info.config, where)
