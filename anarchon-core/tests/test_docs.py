@@ -6,6 +6,7 @@
    ```` ```text title="Output" ```` block must print exactly that.
 3. Every plugin hook spec is documented with its signature (as datasette's docs test does).
 4. The CLI reference shows the current ``--help`` of every command.
+5. Every option of every installed backend is named on that backend's page.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from anarchon.cli import cli
-from anarchon.plugins import spec
+from anarchon.plugins import plugin_manager, spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -195,3 +196,62 @@ def test_the_cli_reference_is_current(site: Path) -> None:
         )
         assert result.exit_code == 0, result.output
         assert _words(result.output) in shown, f"`anarchon {' '.join(args)} --help` is not shown"
+
+
+# -- backend options --------------------------------------------------------------------------
+
+BACKEND_PAGES = {
+    "memory": "backends/memory.md",
+    "sqlite": "backends/sqlite.md",
+    "postgresql": "backends/postgresql.md",
+    "postgres": "backends/postgresql.md",
+    "redis": "backends/redis.md",
+    "rediss": "backends/redis.md",
+    "amqp": "backends/rabbitmq.md",
+    "amqps": "backends/rabbitmq.md",
+    "nats": "backends/nats.md",
+    "tls": "backends/nats.md",
+}
+"""URL scheme -> the page that documents it. Schemes not listed (example or third-party backends
+such as ``mariadb``) are skipped."""
+COMMON_OPTIONS = ("prefix", "history_limit", "retention_margin_ms")
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def _backend_options() -> list[tuple[str, str, str]]:
+    found = []
+    for info in plugin_manager().backends():
+        if info.scheme not in BACKEND_PAGES:
+            continue
+        names = [field.name for field in attrs.fields(info.load().Options)]
+        found += [(info.scheme, BACKEND_PAGES[info.scheme], name) for name in names]
+    return found
+
+
+BACKEND_OPTIONS = _backend_options()
+
+
+def test_every_installed_backend_is_checked() -> None:
+    schemes = {scheme for scheme, _, _ in BACKEND_OPTIONS}
+    assert "memory" in schemes, "the memory:// backend of the core package is always installed"
+    for scheme in schemes:
+        options = {option for s, _, option in BACKEND_OPTIONS if s == scheme}
+        missing = set(COMMON_OPTIONS) - options
+        assert not missing, f"{scheme}:// lacks the common options {sorted(missing)}"
+
+
+@pytest.mark.parametrize(
+    ("scheme", "page", "option"),
+    BACKEND_OPTIONS,
+    ids=[f"{scheme}-{option}" for scheme, _, option in BACKEND_OPTIONS],
+)
+def test_backend_option_is_documented(scheme: str, page: str, option: str) -> None:
+    """Each option is named in inline code on its backend's page (`option`, `option=value`,
+    `store.options.option`...), not just mentioned as a word in the prose."""
+    path = DOCS / page
+    assert path.is_file(), f"{scheme}:// has no page: write {page}"
+    spans = INLINE_CODE.findall(path.read_text(encoding="utf-8"))
+    word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(option)}(?![A-Za-z0-9_])")
+    assert any(word.search(span) for span in spans), (
+        f"option {option!r} of {scheme}:// is not documented on {page}: add it to the options table"
+    )
