@@ -15,9 +15,9 @@ elsewhere on the machine are the same for all:
 * advisory: ``BEGIN; SELECT pg_try_advisory_xact_lock(k); COMMIT`` (psycopg's transaction block,
   three round trips: the lock is held by the open transaction, released by the commit).
 
-Then ``claim_many`` of 10,000 jobs of one slot: one statement (the claim function called per row
-over ``unnest`` arrays), timed on a new slot (10,000 wins) and again by another instance (10,000
-losses).
+Then ``claim_many`` of 10,000 jobs of one slot: one call of the batch function ``<table>_claim_many``
+(set-based: one read of every run, one lock statement, one INSERT), timed on a new slot (10,000
+wins) and again by another instance (10,000 losses).
 
 Each run prints its medians and p99s; the summary gives, for each ratio, the median over runs and
 the spread (min-max). Run::

@@ -105,8 +105,12 @@ async def test_no_usage_on_the_schema_of_existing_tables(schema: str, role: str)
             "REVOKE EXECUTE ON FUNCTION {s}.anarchon_runs_claim FROM PUBLIC, {r}",
             "EXECUTE on function {s}.anarchon_runs_claim.",
         ),
+        (
+            "REVOKE EXECUTE ON FUNCTION {s}.anarchon_runs_claim_many FROM PUBLIC, {r}",
+            "EXECUTE on function {s}.anarchon_runs_claim_many.",
+        ),
     ],
-    ids=["insert", "update-jobs", "delete", "select-version", "execute"],
+    ids=["insert", "update-jobs", "delete", "select-version", "execute", "execute-many"],
 )  # fmt: skip
 async def test_one_missing_table_privilege_is_named(
     schema: str, role: str, revoke: str, expected: str
@@ -121,7 +125,10 @@ async def test_one_missing_table_privilege_is_named(
 
 async def test_the_documented_grants_are_enough_for_every_call(schema: str, role: str) -> None:
     await create_as_owner(schema)
-    admin(f'REVOKE EXECUTE ON FUNCTION "{schema}".anarchon_runs_claim FROM PUBLIC')
+    admin(
+        f'REVOKE EXECUTE ON FUNCTION "{schema}".anarchon_runs_claim FROM PUBLIC',
+        f'REVOKE EXECUTE ON FUNCTION "{schema}".anarchon_runs_claim_many FROM PUBLIC',
+    )
     admin(*_schema.grants(Names(schema, "anarchon_runs"), role))
     clock = ManualClock()
     store = PostgresStore.create(

@@ -23,6 +23,18 @@
 It returns one row ``(outcome, attempt, token, holder, lease_until, status, now, floor)``;
 outcome is one of won, running, done, interrupted (L5: done), late, overlap. ``p_now`` is NULL
 except in tests that drive a manual clock.
+
+``<table>_claim_many(...)`` decides distinct jobs of one slot (the scheduler's batch) with the
+same steps, each once for the whole batch: one read of every run before any lock (the losers'
+answers); the job rows inserted where missing, then all locked, both in byte order of the job
+names (an INSERT that meets another batch's uncommitted row waits for its end, so once inserted
+every row is committed or ours and the ordered ``FOR UPDATE`` never waits in a cycle); ``now``
+read after the locks; one INSERT of every claimable run; one more read of what is left (a run
+another claim wrote before our lock). Whatever still needs a decision (an expired lease, a late
+slot or an overlap under the lock) goes to ``<table>_claim`` per request, on the lock already
+held, so no rule is written twice. Retention: one index seek per new run, the bounded sweep only
+where the oldest run may go. It returns the claim function's columns after the request's
+ordinal, in no particular order.
 """
 
 from __future__ import annotations
@@ -31,7 +43,14 @@ from psycopg import sql
 
 from ._names import Names
 
-__all__ = ["SWEEP_MAX_ROWS", "create_function"]
+__all__ = [
+    "ARGUMENT_TYPES",
+    "MANY_ARGUMENT_TYPES",
+    "SWEEP_MAX_ROWS",
+    "create_function",
+    "create_functions",
+    "create_many_function",
+]
 
 SWEEP_MAX_ROWS = 100
 """L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
@@ -192,13 +211,279 @@ ARGUMENT_TYPES = (
 )
 """The function's signature, for ``to_regprocedure``."""
 
+_MANY_BODY = """
+DECLARE
+    v_now bigint;
+    v_n integer[];
+    v_outcome text[];
+    v_attempt integer[];
+    v_token text[];
+    v_holder text[];
+    v_lease_until bigint[];
+    v_status text[];
+    v_floor bigint[];
+    v_pending boolean[];
+    v_lock text[];
+    v_locked integer;
+    v_won text[];
+    v_job text;
+    v_oldest record;
+    v_count integer;
+    v_excess integer;
+    v_last bigint;
+BEGIN
+    -- Each statement reads the requests with one unnest of the arrays (never p_jobs[i]: a
+    -- subscript of a text array walks it from its start); v_pending flags, in request order,
+    -- the requests not answered yet. Every read of a table is a LATERAL ... LIMIT 1 probe of an
+    -- index per request: the plans are generic (the arrays' sizes unknown), and such a probe
+    -- cannot turn into a join that scans a table.
+    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+
+    -- 1. The read before the lock, for every request at once (the claim function's first step).
+    SELECT array_agg(d.i) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.outcome) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.attempt) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.token) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.holder) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.lease_until) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.status) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.job_floor) FILTER (WHERE d.outcome IS NOT NULL),
+           array_agg(d.outcome IS NULL ORDER BY d.i)
+      INTO v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status, v_floor,
+           v_pending
+      FROM (
+        SELECT q.i,
+               CASE WHEN r.slot IS NOT NULL THEN
+                        CASE WHEN r.status <> 'running' THEN 'done'
+                             WHEN r.token = q.token THEN 'won'
+                             WHEN r.lease_until >= v_now THEN 'running' END
+                    WHEN v_now - p_slot > q.max_late THEN 'late'
+                    WHEN o.overlap THEN
+                        CASE WHEN p_slot <= f.job_floor THEN 'late' ELSE 'overlap' END
+               END AS outcome,
+               CASE WHEN r.slot IS NOT NULL THEN r.attempt ELSE 0 END AS attempt,
+               r.token, r.holder, r.lease_until, r.status, f.job_floor
+          FROM unnest(p_jobs, p_tokens, p_max_late_ms, p_skip_overlap) WITH ORDINALITY
+               AS q(job, token, max_late, skip, i)
+          LEFT JOIN LATERAL (  -- LIMIT 1: an index probe per request, never a join of tables
+              SELECT x.slot, x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
+               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot LIMIT 1
+          ) r ON true
+          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
+              SELECT true AS overlap FROM {runs} y
+               WHERE r.slot IS NULL AND v_now - p_slot <= q.max_late AND q.skip
+                 AND y.prefix = p_prefix AND y.job = q.job AND y.status = 'running'
+                 AND y.lease_until >= v_now AND y.slot <> p_slot
+               LIMIT 1
+          ) o ON true
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN o.overlap THEN (
+                  SELECT j.floor FROM {jobs} j WHERE j.prefix = p_prefix AND j.job = q.job
+              ) END AS job_floor
+              OFFSET 0
+          ) f
+        OFFSET 0  -- a fence: each request is decided once, not once per aggregate below
+      ) d;
+    IF v_n IS NOT NULL THEN
+        RETURN QUERY SELECT u.i::integer, u.outcome, u.attempt, u.token, u.holder, u.lease_until,
+                            u.status, v_now, u.job_floor
+            FROM unnest(v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status,
+                        v_floor)
+                 AS u(i, outcome, attempt, token, holder, lease_until, status, job_floor);
+    END IF;
+    IF NOT coalesce(true = ANY (v_pending), false) THEN  -- answered: no lock, no write
+        RETURN;
+    END IF;
+
+    -- 2. The jobs' row locks, in one order ("C": as Python sorts), so batches never deadlock.
+    -- A job row missing is inserted first, in the same order (an INSERT that meets another's
+    -- uncommitted row waits for its end); then every row exists and is locked in turn.
+    IF p_lock_timeout_ms > 0 THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    END IF;
+    SELECT array_agg(q.job ORDER BY q.job COLLATE "C") INTO v_lock
+        FROM unnest(p_jobs, v_pending) AS q(job, pending) WHERE q.pending;
+    v_locked := cardinality(v_lock);
+    INSERT INTO {jobs} (prefix, job)
+        SELECT p_prefix, l.job FROM unnest(v_lock) WITH ORDINALITY AS l(job, k) ORDER BY l.k
+        ON CONFLICT (prefix, job) DO NOTHING;
+    PERFORM 1 FROM unnest(v_lock) WITH ORDINALITY AS l(job, k)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM {jobs} j WHERE j.prefix = p_prefix AND j.job = l.job FOR UPDATE
+        ) AS locked
+        ORDER BY l.k;
+    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+
+    -- 3. Every claimable slot with no run: one INSERT (L1: floor, lateness, overlap). Under the
+    -- job locks nobody else can insert these runs (every claim inserts a run under its job's
+    -- lock), so this statement's snapshot is the truth: no ON CONFLICT (speculative insertion
+    -- costs an index probe and a WAL record more per row). Were that ever wrong, the unique
+    -- index would refuse the row and the whole batch be rolled back, then resent.
+    WITH ins AS (
+        INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
+                            lease_until, finished_at, error, keep_until)
+        SELECT p_prefix, q.job, p_slot, 'running', 1, q.token, q.holder, v_now,
+               v_now + q.lease_ms, NULL, NULL, q.keep_until
+          FROM unnest(p_jobs, p_tokens, p_holders, p_lease_ms, p_max_late_ms, p_skip_overlap,
+                      p_keep_until, v_pending)
+               AS q(job, token, holder, lease_ms, max_late, skip, keep_until, pending)
+          LEFT JOIN LATERAL (  -- the run exists
+              SELECT true AS found FROM {runs} x
+               WHERE q.pending AND x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
+               LIMIT 1
+          ) e ON true
+          LEFT JOIN LATERAL (  -- the floor (L11)
+              SELECT j.floor AS job_floor FROM {jobs} j
+               WHERE q.pending AND j.prefix = p_prefix AND j.job = q.job
+               LIMIT 1
+          ) f ON true
+          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
+              SELECT true AS found FROM {runs} y
+               WHERE q.pending AND q.skip AND y.prefix = p_prefix AND y.job = q.job
+                 AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
+               LIMIT 1
+          ) o ON true
+         WHERE q.pending AND e.found IS NULL AND o.found IS NULL
+           AND v_now - p_slot <= q.max_late AND p_slot > coalesce(f.job_floor, -1)
+        RETURNING job
+    )
+    SELECT array_agg(ins.job) INTO v_won FROM ins;
+    IF cardinality(v_won) = v_locked THEN  -- the usual case: every pending request won
+        RETURN QUERY SELECT q.i::integer, 'won'::text, 1, q.token, q.holder, v_now + q.lease_ms,
+                            'running'::text, v_now, NULL::bigint
+            FROM unnest(p_tokens, p_holders, p_lease_ms, v_pending) WITH ORDINALITY
+                 AS q(token, holder, lease_ms, pending, i)
+            WHERE q.pending;
+        v_pending := NULL;
+    END IF;
+
+    -- 4. Every pending request's run now exists, or its slot is not claimable. A run with the
+    -- caller's token is the one just inserted (won, attempt 1: the read before the lock answered
+    -- resends); a run another claim wrote before our lock is L6 or L3, answered from the same
+    -- read with no write. The rest (an expired lease: L4, L5; a late slot or an overlap under
+    -- the lock) is decided by the claim function, which takes the lock already held here.
+    IF v_pending IS NOT NULL THEN
+        SELECT array_agg(d.i) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.outcome) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.attempt) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.token) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.holder) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.lease_until) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.status) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
+               array_agg(d.pending AND d.outcome IS NULL ORDER BY d.i)
+          INTO v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status, v_pending
+          FROM (
+            SELECT q.i, q.pending,
+                   CASE WHEN r.status <> 'running' THEN 'done'
+                        WHEN r.token = q.token THEN 'won'
+                        WHEN r.lease_until >= v_now THEN 'running' END AS outcome,
+                   r.attempt, r.token, r.holder, r.lease_until, r.status
+              FROM unnest(p_jobs, p_tokens, v_pending) WITH ORDINALITY AS q(job, token, pending, i)
+              LEFT JOIN LATERAL (
+                  SELECT x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
+                   WHERE q.pending AND x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
+                   LIMIT 1
+              ) r ON true
+            OFFSET 0
+          ) d;
+        IF v_n IS NOT NULL THEN
+            RETURN QUERY SELECT u.i::integer, u.outcome, u.attempt, u.token, u.holder, u.lease_until,
+                                u.status, v_now, NULL::bigint
+                FROM unnest(v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status)
+                     AS u(i, outcome, attempt, token, holder, lease_until, status);
+        END IF;
+        IF true = ANY (v_pending) THEN
+            RETURN QUERY SELECT q.i::integer, c.*
+                FROM unnest(p_jobs, p_tokens, p_holders, p_lease_ms, p_max_late_ms, p_skip_overlap,
+                            p_attempts, p_keep_until, v_pending) WITH ORDINALITY
+                     AS q(job, token, holder, lease_ms, max_late, skip, attempts, keep_until,
+                          pending, i)
+                CROSS JOIN LATERAL {claim}(p_prefix, q.job, p_slot, q.token, q.holder, q.lease_ms,
+                    q.max_late, q.skip, q.attempts, q.keep_until, p_history_limit,
+                    p_lock_timeout_ms, p_now) AS c
+                WHERE q.pending;
+        END IF;
+    END IF;
+
+    -- 5. Retention (L11) for the new runs, as the claim function does after each win: the cheap
+    -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can.
+    IF v_won IS NULL THEN
+        RETURN;
+    END IF;
+    FOR v_job IN
+        SELECT w.job FROM unnest(v_won) AS w(job)
+        CROSS JOIN LATERAL (
+            SELECT x.status, x.lease_until, x.keep_until FROM {runs} x
+             WHERE x.prefix = p_prefix AND x.job = w.job ORDER BY x.slot LIMIT 1) o
+        WHERE o.keep_until < v_now
+          AND NOT (o.status = 'running' AND coalesce(o.lease_until >= v_now, false))
+    LOOP
+        SELECT count(*) INTO v_count FROM (
+            SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_job
+            LIMIT p_history_limit + {sweep}) c;
+        v_excess := least(v_count - p_history_limit, {sweep});
+        CONTINUE WHEN v_excess <= 0;
+        v_last := NULL;
+        FOR v_oldest IN
+            SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
+            WHERE x.prefix = p_prefix AND x.job = v_job ORDER BY x.slot LIMIT v_excess
+        LOOP
+            EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
+                v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
+            v_last := v_oldest.slot;
+        END LOOP;
+        IF v_last IS NOT NULL THEN
+            DELETE FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_job AND x.slot <= v_last;
+            UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
+                WHERE j.prefix = p_prefix AND j.job = v_job;
+        END IF;
+    END LOOP;
+    RETURN;
+END
+"""
+
+_MANY_SIGNATURE = """
+CREATE OR REPLACE FUNCTION {claim_many}(
+    p_prefix text, p_jobs text[], p_slot bigint, p_tokens text[], p_holders text[],
+    p_lease_ms bigint[], p_max_late_ms bigint[], p_skip_overlap boolean[], p_attempts integer[],
+    p_keep_until bigint[], p_history_limit integer, p_lock_timeout_ms integer, p_now bigint)
+RETURNS TABLE (o_n integer, o_outcome text, o_attempt integer, o_token text, o_holder text,
+               o_lease_until bigint, o_status text, o_now bigint, o_floor bigint)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS {body}
+"""
+
+MANY_ARGUMENT_TYPES = (
+    "text, text[], bigint, text[], text[], bigint[], bigint[], boolean[], integer[], bigint[], "
+    "integer, integer, bigint"
+)
+"""The batch function's signature, for ``to_regprocedure``."""
+
+
+def _quoted(body: sql.Composable) -> sql.Composed:
+    # The body is a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so the
+    # quote tag cannot occur inside it.
+    return sql.Composed([sql.SQL("$anarchon$"), body, sql.SQL("$anarchon$")])
+
 
 def create_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the claim, with every name quoted."""
     body = sql.SQL(_BODY).format(
         runs=names.runs, jobs=names.jobs, sweep=sql.Literal(SWEEP_MAX_ROWS)
     )
-    # The body is a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so the
-    # quote tag cannot occur inside it.
-    quoted = sql.Composed([sql.SQL("$anarchon$"), body, sql.SQL("$anarchon$")])
-    return sql.SQL(_SIGNATURE).format(claim=names.claim, body=quoted)
+    return sql.SQL(_SIGNATURE).format(claim=names.claim, body=_quoted(body))
+
+
+def create_many_function(names: Names) -> sql.Composed:
+    """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
+    one is created first)."""
+    body = sql.SQL(_MANY_BODY).format(
+        runs=names.runs, jobs=names.jobs, claim=names.claim, sweep=sql.Literal(SWEEP_MAX_ROWS)
+    )
+    return sql.SQL(_MANY_SIGNATURE).format(claim_many=names.claim_many, body=_quoted(body))
+
+
+def create_functions(names: Names) -> list[sql.Composed]:
+    """Both functions, in the order they must be created."""
+    return [create_function(names), create_many_function(names)]

@@ -11,7 +11,8 @@ __all__ = ["Names"]
 @attrs.frozen
 class Names:
     """``<schema>.<table>`` (runs), ``<table>_jobs`` (one row per job: the claim lock and the
-    L11 floor), ``<table>_schema`` (the schema version) and the function ``<table>_claim``."""
+    L11 floor), ``<table>_schema`` (the schema version) and the functions ``<table>_claim`` and
+    ``<table>_claim_many``."""
 
     schema: str
     table: str
@@ -27,6 +28,14 @@ class Names:
     @property
     def function(self) -> str:
         return f"{self.table}_claim"
+
+    @property
+    def batch_function(self) -> str:
+        return f"{self.table}_claim_many"
+
+    @property
+    def functions(self) -> tuple[str, str]:
+        return (self.function, self.batch_function)
 
     @property
     def tables(self) -> tuple[str, str, str]:
@@ -47,6 +56,10 @@ class Names:
     @property
     def claim(self) -> sql.Identifier:
         return sql.Identifier(self.schema, self.function)
+
+    @property
+    def claim_many(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.batch_function)
 
     def shown(self, name: str) -> str:
         """How messages name a table: ``schema.table``."""

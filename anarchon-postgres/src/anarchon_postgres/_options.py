@@ -29,7 +29,7 @@ IDENTIFIER_RULE = (
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TABLE_MAX = 48
-"""Room for the suffixes anarchon adds (``_jobs``, ``_schema``, ``_claim``) within 63 bytes."""
+"""Room for the suffixes anarchon adds (``_jobs``, ``_schema``, ``_claim_many``) within 63 bytes."""
 _SCHEMA_MAX = 63
 
 
@@ -83,7 +83,7 @@ class PostgresOptions(StoreOptions):
 
     table: str = attrs.field(default="anarchon_runs", validator=_check_table)
     """The runs table; anarchon also creates ``<table>_jobs``, ``<table>_schema`` and the
-    function ``<table>_claim`` next to it."""
+    functions ``<table>_claim`` and ``<table>_claim_many`` next to it."""
     schema: str = attrs.field(default="public", validator=_check_schema)
     """The schema holding the tables; created if it does not exist."""
     pool_min_size: int = attrs.field(default=1, validator=_check_pool)

@@ -1,9 +1,11 @@
-"""The tables and the claim function, created once under an advisory lock and checked on open.
+"""The tables and the claim functions, created once under an advisory lock and checked on open.
 
-The usual open is one catalog read: every table there, with our columns, at our version, and the
-function present. Otherwise one transaction takes ``pg_advisory_xact_lock`` (concurrent
+The usual open is one catalog read: every table there, with our columns, at our version, and both
+functions present (``<table>_claim`` and ``<table>_claim_many``). Otherwise one transaction takes ``pg_advisory_xact_lock`` (concurrent
 ``CREATE TABLE IF NOT EXISTS`` can fail, and many instances start at once), looks again, and
-creates what is missing, or migrates an older version forward. Tables that exist but are not
+creates what is missing, or migrates an older version forward. The functions are code, not data:
+a missing one (dropped, or added by a newer release of anarchon-postgres, as ``_claim_many``
+was) is created with ``CREATE OR REPLACE`` under the same lock, with no version change. Tables that exist but are not
 ours (a missing or unknown column, a newer version, some tables without the others) are never
 touched: opening raises `StoreCorrupt` naming the table.
 """
@@ -16,7 +18,7 @@ from psycopg import AsyncConnection, IsolationLevel, sql
 
 from anarchon import ConfigError, StoreCorrupt
 
-from ._function import ARGUMENT_TYPES, create_function
+from ._function import ARGUMENT_TYPES, MANY_ARGUMENT_TYPES, create_functions
 from ._names import Names
 
 __all__ = [
@@ -37,7 +39,7 @@ Statements = Callable[[Names], Sequence[sql.Composed]]
 MIGRATIONS: dict[int, Statements] = {}
 """Forward migrations: ``MIGRATIONS[n]`` takes the schema from version n to n + 1 (run in order,
 in the creating transaction, under the advisory lock; each release that changes the schema adds
-one and bumps `SCHEMA_VERSION`). The claim function is always recreated after migrating."""
+one and bumps `SCHEMA_VERSION`). The claim functions are always recreated after migrating."""
 
 # table -> {column: type as format_type() shows it}, in order
 _RUNS = {
@@ -137,7 +139,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
         _verify_tables(found, names)
         await check_access(conn, names)
         version = await _version(conn, names)
-        if version == SCHEMA_VERSION and await _has_function(conn, names):
+        if version == SCHEMA_VERSION and await _has_functions(conn, names):
             return
     await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)  # the catalog after the lock
     async with conn.transaction():
@@ -161,11 +163,14 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
                 ),
                 (SCHEMA_VERSION, COMPONENT),
             )
-            await conn.execute(create_function(names))
-        elif not await _has_function(conn, names):
-            # Code, not data: recreating a dropped function overwrites nothing.
-            await _check_create(conn, names, what="recreate the dropped claim function")
-            await conn.execute(create_function(names))
+            for statement in create_functions(names):
+                await conn.execute(statement)
+        elif not await _has_functions(conn, names):
+            # Code, not data: recreating a dropped function (or creating one that a newer
+            # release added) overwrites nothing.
+            await _check_create(conn, names, what="create the missing claim function")
+            for statement in create_functions(names):
+                await conn.execute(statement)
 
 
 async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
@@ -174,9 +179,8 @@ async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -
     )
     if await exists.fetchone() is None:
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(names.schema)))
-    for statement in _create(names):
+    for statement in (*_create(names), *create_functions(names)):
         await conn.execute(statement)
-    await conn.execute(create_function(names))
 
 
 def _verify_tables(found: dict[str, list[tuple[str, str]]], names: Names) -> None:
@@ -234,16 +238,30 @@ async def _version(conn: AsyncConnection[tuple[object, ...]], names: Names) -> i
     return version
 
 
-async def _has_function(conn: AsyncConnection[tuple[object, ...]], names: Names) -> bool:
-    signature = sql.SQL("{}({})").format(names.claim, sql.SQL(ARGUMENT_TYPES)).as_string(conn)
-    cur = await conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,))
+def _signatures(names: Names) -> list[tuple[str, sql.Identifier, str]]:
+    """(name, quoted name, argument types) of each claim function."""
+    return [
+        (names.function, names.claim, ARGUMENT_TYPES),
+        (names.batch_function, names.claim_many, MANY_ARGUMENT_TYPES),
+    ]
+
+
+async def _has_functions(conn: AsyncConnection[tuple[object, ...]], names: Names) -> bool:
+    signatures = [
+        sql.SQL("{}({})").format(quoted, sql.SQL(types)).as_string(conn)
+        for _, quoted, types in _signatures(names)
+    ]
+    cur = await conn.execute(
+        "SELECT bool_and(to_regprocedure(s) IS NOT NULL) FROM unnest(%s::text[]) AS s",
+        (signatures,),
+    )
     row = await cur.fetchone()
     return row is not None and bool(row[0])
 
 
 # -- privileges ------------------------------------------------------------------------------
 def table_privileges(names: Names) -> dict[str, tuple[str, ...]]:
-    """What a user that runs the store needs on each table (the claim function runs with the
+    """What a user that runs the store needs on each table (the claim functions run with the
     caller's rights): runs are read, inserted, updated and deleted (retention, L11); job rows are
     inserted and locked (``FOR UPDATE`` needs UPDATE) and their floor raised; the version is read."""
     return {
@@ -262,10 +280,10 @@ def grants(names: Names, role: str) -> list[str]:
         statements.append(
             f"GRANT {', '.join(privileges)} ON {schema}.{quote(table)} TO {quote(role)}"
         )
-    statements.append(
-        f"GRANT EXECUTE ON FUNCTION {schema}.{quote(names.function)}({ARGUMENT_TYPES}) "
-        f"TO {quote(role)}"
-    )
+    for function, _, types in _signatures(names):
+        statements.append(
+            f"GRANT EXECUTE ON FUNCTION {schema}.{quote(function)}({types}) TO {quote(role)}"
+        )
     return statements
 
 
@@ -282,33 +300,45 @@ SELECT current_user::text,
             'UPDATE', has_table_privilege(c.oid, 'UPDATE'),
             'DELETE', has_table_privilege(c.oid, 'DELETE'))), '{}'::json)
           FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relname = ANY(%s)),
-       (SELECT bool_or(has_function_privilege(p.oid, 'EXECUTE'))
-          FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proname = %s
-           AND pg_catalog.oidvectortypes(p.proargtypes) = %s)
+       (SELECT coalesce(json_object_agg(p.proname, has_function_privilege(p.oid, 'EXECUTE')),
+                         '{}'::json)
+          FROM pg_catalog.pg_proc p
+          JOIN unnest(%s::text[], %s::text[]) AS f(name, args)
+            ON p.proname = f.name AND pg_catalog.oidvectortypes(p.proargtypes) = f.args
+         WHERE p.pronamespace = n.oid)
 FROM pg_catalog.pg_namespace n WHERE n.nspname = %s
 """
 
 
 async def check_access(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
     """`ConfigError` naming every privilege the current user lacks on existing tables and the
-    claim function, with the ``GRANT`` statements that fix it. Checked by OID, so a missing
+    claim functions, with the ``GRANT`` statements that fix it. Checked by OID, so a missing
     ``USAGE`` on the schema is reported, not raised by a name lookup."""
+    signatures = _signatures(names)
     cur = await conn.execute(
-        _ACCESS, (list(names.tables), names.function, ARGUMENT_TYPES, names.schema)
+        _ACCESS,
+        (
+            list(names.tables),
+            [name for name, _, _ in signatures],
+            [types for _, _, types in signatures],
+            names.schema,
+        ),
     )
     row = await cur.fetchone()
     if row is None:  # the schema vanished since the catalog read: creation will report it
         return
     role, usage, tables, execute = row
-    assert isinstance(tables, dict)
+    assert isinstance(tables, dict) and isinstance(execute, dict)
     missing = [] if usage else [f"USAGE on schema {names.schema}"]
     for table, needed in table_privileges(names).items():
         have = tables.get(table, {})
         lacking = [p for p in needed if not have.get(p, True)]
         if lacking:
             missing.append(f"{', '.join(lacking)} on table {names.shown(table)}")
-    if execute is False:
-        missing.append(f"EXECUTE on function {names.shown(names.function)}")
+    # A function that does not exist yet is created (by a user that may), not reported here.
+    missing.extend(
+        f"EXECUTE on function {names.shown(f)}" for f in names.functions if execute.get(f) is False
+    )
     if missing:
         raise ConfigError(
             f"PostgreSQL user {role!r} lacks privileges anarchon needs: {'; '.join(missing)}. "
@@ -328,7 +358,7 @@ async def _check_create(
     conn: AsyncConnection[tuple[object, ...]],
     names: Names,
     *,
-    what: str = "create its tables and claim function",
+    what: str = "create its tables and claim functions",
 ) -> None:
     """`ConfigError` when the user may not create anarchon's objects, naming the privilege and
     the two ways out (a user with it opens the store once, or a grant)."""

@@ -20,6 +20,7 @@ from anarchon import (
     Overlap,
     RunRecord,
     RunStatus,
+    StoreCorrupt,
     StoreOptions,
     StoreUnavailable,
     StoreURL,
@@ -204,11 +205,16 @@ class PostgresStore(LeaseStore):
         return await self._run(step)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """All requests in one statement (one transaction), decided in order within each job;
-        the jobs' row locks are taken in job order, so concurrent batches never deadlock."""
+        """All requests in one statement (one transaction). Distinct jobs of one slot (what the
+        scheduler sends) go to the batch function, which decides them set-based; any other batch
+        to the claim function once per request, in order within each job. Either way the jobs'
+        row locks are taken in job order, so concurrent batches never deadlock."""
         batch = list(requests)
         if not batch:
             return []
+        slot = batch[0].slot
+        if all(r.slot == slot for r in batch) and len({r.job for r in batch}) == len(batch):
+            return await self._claim_slot(batch, slot)
         order = sorted(range(len(batch)), key=lambda i: (batch[i].job, i))
         ordered = [batch[i] for i in order]
         columns = [list(c) for c in zip(*(self._args(r)[1:10] for r in ordered), strict=True)]
@@ -230,6 +236,42 @@ class PostgresStore(LeaseStore):
         for position, claim in zip(order, claims, strict=True):
             result[position] = claim
         return [c for c in result if c is not None]
+
+    async def _claim_slot(self, batch: list[ClaimRequest], slot: int) -> list[Claim]:
+        """Distinct jobs of one slot: one call of the batch function (see `_function`)."""
+        margin = self.options.retention_margin_ms
+        params = (
+            self.options.prefix,
+            [r.job for r in batch],
+            slot,
+            [r.token for r in batch],
+            [r.instance for r in batch],
+            [r.lease_ms for r in batch],
+            [r.max_late_ms for r in batch],
+            [r.overlap is Overlap.SKIP for r in batch],
+            [r.attempts for r in batch],
+            [keep_until(r, margin) for r in batch],
+            self.options.history_limit,
+            self.options.statement_timeout_ms,
+            self._now_param(),
+        )
+
+        async def step(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(self._sql.claim_slot, params)
+            return await cur.fetchall()
+
+        rows = await self._run(step)
+        result: list[Claim | None] = [None] * len(batch)
+        for row in rows:
+            index = row[0] - 1
+            result[index] = claim_from_row(row[1:], batch[index], self.where)
+        claims = [c for c in result if c is not None]
+        if len(claims) != len(batch):
+            raise StoreCorrupt(
+                f"the batch claim function in {self.where} answered {len(rows)} rows for "
+                f"{len(batch)} requests; reopen the store"
+            )
+        return claims
 
     async def check(self, request: ClaimRequest) -> Claim:
         """L10: one plain ``SELECT`` outside any transaction; the claim function only when the

@@ -1,0 +1,230 @@
+"""`claim_many` of `postgresql://` against `memory://` (the reference model), and across processes.
+
+One slot, distinct jobs (what the scheduler sends) takes the batch function; any other batch takes
+the claim function once per request. Both must answer exactly as `memory://` does, outcome by
+outcome, and leave the same runs and floors behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
+from anarchon_postgres import PostgresStore, testing
+
+from .conftest import POSTGRES_URL, T0, Harness, new_schema, require_server, url_with
+
+S = T0
+LEASE = 30_000
+BIG = 10_000_000
+"""max_late of the requests that must not be late."""
+BATCH_AT = T0 + 1_000_000
+WORKER = Path(__file__).with_name("many_worker.py")
+
+
+def req(job: str, slot: int = S, *, instance: str = "a", **kw: object) -> ClaimRequest:
+    kw.setdefault("max_late_ms", BIG)
+    return ClaimRequest(job=job, slot=slot, instance=instance, lease_ms=LEASE, **kw)  # type: ignore[arg-type]
+
+
+class Scenario:
+    """Every case of L1-L6 and L11 for one batch at `BATCH_AT`, slot `S`; the requests are made
+    once, so both stores see the same tokens."""
+
+    def __init__(self) -> None:
+        self.done = req("done", attempts=1)
+        self.expired = req("expired", attempts=3)
+        self.exhausted = req("exhausted", attempts=1)
+        self.forgotten = req("forgotten", max_late_ms=1000, attempts=1)
+        self.forgotten_next = req("forgotten", S + 400_000)
+        self.live = req("live", instance="b")
+        self.mine = req("mine")
+        self.overlap = req("overlap", S + 900_000, instance="b")
+        self.batch = [
+            req("new"),
+            req("live"),
+            self.mine,
+            req("done"),
+            req("late", max_late_ms=1000),
+            req("forgotten"),
+            req("overlap"),
+            req("overlap-allowed", overlap=Overlap.ALLOW),
+            req("expired", attempts=3),
+            req("exhausted", attempts=1),
+        ]
+        self.again = [
+            req(r.job, max_late_ms=r.max_late_ms, overlap=r.overlap, attempts=r.attempts,
+                instance="c")
+            for r in self.batch
+        ]  # fmt: skip
+
+    async def setup(self, h: Harness, store: LeaseStore) -> None:
+        async def finish(request: ClaimRequest) -> None:
+            assert (await store.claim(request)).won
+            assert await store.finish(request.job, request.slot, request.token, RunStatus.SUCCEEDED)
+
+        await finish(self.done)  # L6
+        assert (await store.claim(self.expired)).won  # its lease runs out: takeover (L4)
+        assert (await store.claim(self.exhausted)).won  # no attempts left: interrupted (L5)
+        # The run at S is deleted by the next win (history_limit=1): floor = S (L11).
+        await finish(self.forgotten)
+        h.clock.now = T0 + 500_000
+        assert (await store.claim(self.forgotten_next)).won
+        assert h.floor("forgotten") == S
+        h.clock.now = BATCH_AT - 10_000
+        assert (await store.claim(self.live)).won  # another instance's live lease (L3)
+        assert (await store.claim(self.mine)).won  # the batch resends this one (C2, L2)
+        assert (await store.claim(self.overlap)).won  # another slot's live lease (overlap)
+        h.clock.now = BATCH_AT
+
+
+async def _drop(h: Harness) -> None:
+    await h.close()
+    if h.kind == "postgres":
+        testing.drop(POSTGRES_URL, h.schema)
+
+
+async def test_a_mixed_batch_answers_as_memory_does() -> None:
+    require_server()
+    scenario = Scenario()
+    jobs = [r.job for r in scenario.batch]
+    answers: dict[str, list[Claim]] = {}
+    again: dict[str, list[Claim]] = {}
+    states: dict[str, dict[str, object]] = {}
+    for kind in ("memory", "postgres"):
+        h = Harness(kind, new_schema())
+        try:
+            store = await h.store(history_limit=1, retention_margin_ms=1)
+            await scenario.setup(h, store)
+            answers[kind] = await store.claim_many(scenario.batch)
+            states[kind] = {job: (h.raw_run(job, S), h.floor(job)) for job in jobs}
+            h.clock.advance(1)
+            again[kind] = await store.claim_many(scenario.again)
+        finally:
+            await _drop(h)
+    for job, m, p in zip(jobs, answers["memory"], answers["postgres"], strict=True):
+        assert p == m, f"{job}: postgres {p} != memory {m}"
+    assert {job: c.outcome for job, c in zip(jobs, answers["memory"], strict=True)} == {
+        "new": Outcome.WON,
+        "live": Outcome.RUNNING,
+        "mine": Outcome.WON,
+        "done": Outcome.DONE,
+        "late": Outcome.LATE,
+        "forgotten": Outcome.LATE,
+        "overlap": Outcome.OVERLAP,
+        "overlap-allowed": Outcome.WON,
+        "expired": Outcome.WON,
+        "exhausted": Outcome.DONE,
+    }
+    by_job = dict(zip(jobs, answers["postgres"], strict=True))
+    assert by_job["expired"].attempt == 2
+    assert (by_job["forgotten"].reason or "").startswith("forgotten")
+    assert (by_job["late"].reason or "").startswith("late")
+    assert (by_job["exhausted"].reason or "").startswith("run interrupted")
+    assert states["postgres"] == states["memory"]
+    for job, m, p in zip(jobs, again["memory"], again["postgres"], strict=True):
+        assert p == m, f"{job} again: postgres {p} != memory {m}"
+
+
+@pytest.mark.parametrize("kind", ["memory", "postgres"])
+async def test_a_batch_of_several_slots_or_a_job_twice(kind: str) -> None:
+    """Not the one-slot shape: the claim function per request, in order within each job."""
+    if kind == "postgres":
+        require_server()
+    h = Harness(kind, new_schema())
+    try:
+        store = await h.store()
+        h.clock.now = S + 5_000
+        first, twice = req("j"), req("j", instance="b")
+        claims = await store.claim_many([first, req("k", S - 1000), twice, req("j", S - 1000)])
+        assert [c.outcome for c in claims] == [
+            Outcome.WON,
+            Outcome.WON,
+            Outcome.RUNNING,
+            Outcome.OVERLAP,
+        ]
+        assert claims[2].token == first.token
+    finally:
+        await h.close()
+        if kind == "postgres":
+            testing.drop(POSTGRES_URL, h.schema)
+
+
+async def test_a_batch_lost_to_another_batch_takes_no_lock_and_matches() -> None:
+    require_server()
+    h = Harness("postgres", new_schema())
+    try:
+        a, b = await h.store(), await h.store()
+        jobs = [f"job-{i:04d}" for i in range(500)]
+        won = await a.claim_many([req(j, instance="a") for j in jobs])
+        assert all(c.won and c.attempt == 1 for c in won)
+        lost = await b.claim_many([req(j, instance="b") for j in jobs])
+        assert all(c.outcome is Outcome.RUNNING for c in lost)
+        assert [c.token for c in lost] == [c.token for c in won]
+        resent = await a.claim_many(
+            [req(j, instance="a", token=c.token) for j, c in zip(jobs, won, strict=True)]
+        )
+        assert resent == won
+    finally:
+        await h.close()
+        testing.drop(POSTGRES_URL, h.schema)
+
+
+def _start(n: int, url: str, slot: int, jobs: int) -> list[subprocess.Popen[str]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), url, str(slot), str(jobs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.processes
+async def test_C1_four_processes_claim_many_the_same_2000_jobs(schema: str) -> None:
+    url = url_with(schema)
+    store = PostgresStore.create(url)
+    await store.open()
+    slot = await store.now_ms()
+    await store.close()
+    procs = _start(4, url, slot, 2000)
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await asyncio.to_thread(proc.stdout.readline)
+            assert line.strip() == "ready", proc.communicate()[1]
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            out, err = await asyncio.to_thread(proc.communicate, None, 240)
+            assert proc.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    winners: dict[str, list[str]] = defaultdict(list)
+    for result in results:
+        for job, token in result["won"]:
+            winners[job].append(token)
+        assert set(result["outcomes"]) <= {"won", "running"}, result["outcomes"]
+    assert len(winners) == 2000, f"jobs nobody won: {2000 - len(winners)}"
+    doubles = {job: tokens for job, tokens in winners.items() if len(tokens) > 1}
+    assert not doubles, f"C1 broken: {len(doubles)} jobs won more than once"
+    for job in ("j-0000", "j-1999"):
+        run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", job, slot)
+        assert run is not None and run.token == winners[job][0]
