@@ -95,10 +95,10 @@ async def sequential(n: int, prefix: str, created: list[str]) -> None:
     for kind in ("floor", "transient", "won", "lost"):
         med, p99 = _ms(samples[kind])
         print(f"  {kind:9} {med:7.3f} / {p99:7.3f}   x{med / floor:5.2f}")
-    transient, _ = _ms(samples["transient"])
+    transient_floor, _ = _ms(samples["transient"])
     for kind in ("won", "lost"):
         med, _ = _ms(samples[kind])
-        print(f"  {kind} vs the transient floor: x{med / transient:.2f}")
+        print(f"  {kind} vs the transient floor: x{med / transient_floor:.2f}")
 
 
 async def one_slot(jobs: int, prefix: str, created: list[str]) -> None:

@@ -1,10 +1,14 @@
-"""Runtime benchmark: slot -> job start latency and takeover time after kill -9, on SQLite.
+"""Runtime benchmark: slot -> job start latency, takeover time after kill -9 (on SQLite), and
+memory per 1,000 scheduled jobs.
 
+    .venv/bin/python -m bench --only runtime        # as part of the suite
     .venv/bin/python bench/runtime.py [--slots 300] [--instances 3] [--quick]
 
 Three scheduler processes share one SQLite file and a secondly job that records when it started.
 Prints p50 / p99 of (job start - slot) and the takeover time after `kill -9` of a winner, as a
-ratio to the lease + heartbeat bound, and writes bench/results/runtime.json.
+ratio to the lease + heartbeat bound; the script alone writes bench/results/runtime.json.
+Memory: a fresh process builds a started `Scheduler` on ``memory://`` with 1,000 and 10,000 jobs
+(a yearly cron, so none fires); tracemalloc and RSS deltas per 1,000 jobs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 WORKER = """
 import os, sqlite3, sys, time, asyncio, anarchon
@@ -97,7 +102,7 @@ def wait(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise SystemExit("benchmark timed out")
+            raise TimeoutError("runtime benchmark: the schedulers did not record in time")
         time.sleep(0.05)
 
 
@@ -146,6 +151,65 @@ def takeover(tmp: Path, rounds: int) -> dict[str, float]:
     }
 
 
+MEMORY = """
+import asyncio, gc, json, resource, sys, tracemalloc
+import anarchon
+
+def rss_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+async def main(n):
+    gc.collect()
+    rss0 = rss_kb()
+    tracemalloc.start()
+    s = anarchon.Scheduler("memory://", instance="mem", environ={})
+    for i in range(n):
+        s.add_job(lambda: None, "0 0 1 1 *", name=f"job{i}")
+    await s.start()
+    await asyncio.sleep(0.2)
+    gc.collect()
+    current, _ = tracemalloc.get_traced_memory()
+    rss1 = rss_kb()
+    await s.stop()
+    print(json.dumps({"jobs": n, "traced_bytes": current, "rss_kb": rss1 - rss0}))
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def memory(sizes: tuple[int, int] = (1_000, 10_000)) -> dict[str, Any]:
+    """Bytes per 1,000 scheduled jobs: the slope between two sizes, each in a fresh process."""
+    points = []
+    for n in sizes:
+        out = subprocess.run(
+            [sys.executable, "-c", MEMORY, str(n)], capture_output=True, text=True, check=True
+        )
+        points.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    small, big = points
+    per = 1000 / (big["jobs"] - small["jobs"])
+    return {
+        "jobs": [p["jobs"] for p in points],
+        "traced_kib": [p["traced_bytes"] / 1024 for p in points],
+        "rss_kib": [p["rss_kb"] for p in points],
+        "traced_kib_per_1000_jobs": (big["traced_bytes"] - small["traced_bytes"]) * per / 1024,
+        "rss_kib_per_1000_jobs": (big["rss_kb"] - small["rss_kb"]) * per,
+    }
+
+
+def measure(
+    slots: int, instances: int, takeovers: int, jobs: tuple[int, int] = (1_000, 10_000)
+) -> dict[str, Any]:
+    """The three runtime measurements, each in fresh scheduler processes."""
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        return {
+            "precision": precision(tmp, slots, instances),
+            "takeover": takeover(tmp, takeovers),
+            "memory": memory(jobs),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--slots", type=int, default=300)
@@ -155,19 +219,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.slots, args.takeovers = 20, 1
-    with tempfile.TemporaryDirectory() as folder:
-        tmp = Path(folder)
-        result = {
-            "precision": precision(tmp, args.slots, args.instances),
-            "takeover": takeover(tmp, args.takeovers),
-        }
-    p, t = result["precision"], result["takeover"]
+    result = measure(args.slots, args.instances, args.takeovers)
+    p, t, m = result["precision"], result["takeover"], result["memory"]
     print(f"slot -> job start over {p['slots']} slots, {args.instances} instances on SQLite:")
     print(f"  p50 {p['p50_ms']:.1f} ms, p99 {p['p99_ms']:.1f} ms, max {p['max_ms']:.1f} ms")
     print(f"takeover after kill -9 over {t['rounds']} rounds (lease 1500 ms, heartbeat 500 ms):")
     print(
         f"  median {t['median_ms']:.0f} ms, max {t['max_ms']:.0f} ms = "
         f"{t['max_over_bound']:.2f}x of lease + heartbeat"
+    )
+    print(
+        f"memory per 1,000 scheduled jobs: {m['traced_kib_per_1000_jobs']:.0f} KiB traced, "
+        f"{m['rss_kib_per_1000_jobs']:.0f} KiB RSS"
     )
     out = Path(__file__).with_name("results")
     out.mkdir(exist_ok=True)
