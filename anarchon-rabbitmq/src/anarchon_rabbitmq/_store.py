@@ -54,6 +54,9 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+MAX_IN_FLIGHT = 256
+"""Claims one store has on the wire at once; more wait their turn (see `RabbitMQStore.claim`)."""
+
 class RabbitMQStore(ClaimStore):
     """A claim store without leases on RabbitMQ (DESIGN section 4, "Store facts: RabbitMQ").
 
@@ -87,6 +90,7 @@ class RabbitMQStore(ClaimStore):
         self._arguments = queue_arguments(options.slot_ttl_ms)
         self._unsettled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._closed = False
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     @classmethod
     def create(cls, url: str, **options: object) -> RabbitMQStore:
@@ -158,6 +162,13 @@ class RabbitMQStore(ClaimStore):
             )
         if self._closed:
             raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
+        # At most MAX_IN_FLIGHT claims on the wire: RabbitMQ creates a few hundred queues a
+        # second, so a burst of thousands would otherwise outlast the confirm timeout (C3:
+        # every one `unknown`). The timeout starts when a claim is sent, not while it waits.
+        async with self._in_flight:
+            return await self._claim(request, now)
+
+    async def _claim(self, request: ClaimRequest, now: int) -> Claim:
         queue = queue_name(self.options.prefix, request.job, request.slot)
         channel = await self._link.channel()
         try:

@@ -23,6 +23,9 @@ __all__ = ["Script", "check_types", "make_client", "server_now_ms", "translated"
 
 T = TypeVar("T")
 
+MAX_CONNECTIONS = 32
+"""Connections one store opens at most; further calls wait for one (up to `timeout_ms`)."""
+
 OPEN_TRIES = 3
 """`open` tries to reach the server this often (0.2 s apart) before it gives up."""
 
@@ -32,14 +35,19 @@ def make_client(url: StoreURL, timeout_ms: int) -> aioredis.Redis:
     fails on the wire is resent by the scheduler with the same token (C2), and renew / finish /
     release must not be applied twice behind the caller's back."""
     seconds = timeout_ms / 1000
-    return aioredis.Redis.from_url(
+    # A blocking pool: a burst of claims (many jobs due in one slot) waits for a free connection
+    # instead of failing with "Too many connections" past the pool's size.
+    pool = aioredis.BlockingConnectionPool.from_url(
         url.without_query(),
+        max_connections=MAX_CONNECTIONS,
+        timeout=seconds,
         socket_timeout=seconds,
         socket_connect_timeout=seconds,
         retry=Retry(NoBackoff(), 0),
         decode_responses=True,
         client_name="anarchon",
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 async def ping(client: aioredis.Redis, url: StoreURL) -> None:
