@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ._capabilities import Capabilities
 from ._claims import MAX_ATTEMPTS, Overlap
 from ._durations import DurationLike, to_ms
 from ._errors import ConfigError
@@ -15,7 +16,7 @@ from ._names import check_name
 from ._run import Run
 from ._schedule import Schedule
 
-__all__ = ["JobFunction", "JobSpec", "make_job"]
+__all__ = ["JobFunction", "JobSpec", "call_job", "fit_to_store", "make_job"]
 
 JobFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
@@ -115,3 +116,32 @@ def make_job(
 
 def call_job(spec: JobSpec, run: Run) -> Any:
     return spec.func(run) if spec.takes_run else spec.func()
+
+
+def fit_to_store(
+    spec: JobSpec, caps: Capabilities, *, store_name: str, clock_skew_ms: int
+) -> JobSpec:
+    """Check a job against its store at start: overlap ``skip`` needs leases, and the memory
+    rule (T3): the store must remember a run for ``max_late + clock_skew`` (plus the lease
+    horizon on lease stores). Returns the job with its overlap default resolved."""
+    where = f"job {spec.name!r}"
+    if spec.overlap is Overlap.SKIP and not caps.overlap:
+        raise ConfigError(
+            f"{where}: overlap='skip' needs a store with leases; {store_name} has none. "
+            "Use overlap='allow', or a lease store (sqlite, postgresql, redis strategy=lease)"
+        )
+    if caps.remembers_ms is not None:
+        horizon = spec.attempts * spec.lease_ms if caps.leases else 0
+        needed = spec.max_late_ms + clock_skew_ms + horizon
+        if needed > caps.remembers_ms:
+            safe = caps.remembers_ms - clock_skew_ms - horizon
+            raise ConfigError(
+                f"{where}: max_late ({spec.max_late_ms} ms) plus clock_skew "
+                f"({clock_skew_ms} ms) is longer than {store_name} remembers "
+                f"a run ({caps.remembers_ms} ms), so a late instance could run a forgotten slot "
+                f"again (rule T3). Set max_late to at most {max(safe, 0)} ms, or make the store "
+                f"remember at least {needed} ms"
+            )
+    if spec.overlap is None:
+        return attrs.evolve(spec, overlap=Overlap.SKIP if caps.overlap else Overlap.ALLOW)
+    return spec

@@ -24,7 +24,7 @@ from ._connect import create_store
 from ._durations import DurationLike
 from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
-from ._jobs import JobSpec, call_job, make_job
+from ._jobs import JobSpec, call_job, fit_to_store, make_job
 from ._runner import Execution
 from .abc import ClaimStore, LeaseStore, SupportsClaimMany
 from .plugins import PluginManager, plugin_manager
@@ -185,31 +185,12 @@ class Scheduler:
 
     def _check_job(self, spec: JobSpec) -> JobSpec:
         """T3 and the overlap rule, against the store's capabilities (at start)."""
-        caps = self.store.capabilities
-        where = f"job {spec.name!r}"
-        if spec.overlap is Overlap.SKIP and not caps.overlap:
-            raise ConfigError(
-                f"{where}: overlap='skip' needs a store with leases; {self.store_name} has none. "
-                "Use overlap='allow', or a lease store (sqlite, postgresql, redis strategy=lease)"
-            )
-        if caps.remembers_ms is not None:
-            needed = spec.max_late_ms + self.settings.clock_skew_ms
-            if caps.leases:
-                needed += spec.attempts * spec.lease_ms
-            if needed > caps.remembers_ms:
-                safe = caps.remembers_ms - self.settings.clock_skew_ms
-                if caps.leases:
-                    safe -= spec.attempts * spec.lease_ms
-                raise ConfigError(
-                    f"{where}: max_late ({spec.max_late_ms} ms) plus clock_skew "
-                    f"({self.settings.clock_skew_ms} ms) is longer than {self.store_name} remembers "
-                    f"a run ({caps.remembers_ms} ms), so a late instance could run a forgotten slot "
-                    f"again (rule T3). Set max_late to at most {max(safe, 0)} ms, or make the store "
-                    f"remember at least {needed} ms"
-                )
-        if spec.overlap is None:
-            return _with_overlap(spec, Overlap.SKIP if caps.overlap else Overlap.ALLOW)
-        return spec
+        return fit_to_store(
+            spec,
+            self.store.capabilities,
+            store_name=self.store_name,
+            clock_skew_ms=self.settings.clock_skew_ms,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -530,9 +511,3 @@ class Scheduler:
                 return
             if claim.outcome is not Outcome.RUNNING:
                 return
-
-
-def _with_overlap(spec: JobSpec, overlap: Overlap) -> JobSpec:
-    import attrs
-
-    return attrs.evolve(spec, overlap=overlap)
