@@ -57,6 +57,7 @@ def _wall_ms() -> int:
 MAX_IN_FLIGHT = 256
 """Claims one store has on the wire at once; more wait their turn (see `RabbitMQStore.claim`)."""
 
+
 class RabbitMQStore(ClaimStore):
     """A claim store without leases on RabbitMQ (DESIGN section 4, "Store facts: RabbitMQ").
 
