@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from ._claims import fencing_token
+from ._errors import StoreCorrupt
 
 __all__ = ["RunRecord", "RunStatus"]
 
@@ -50,3 +53,50 @@ class RunRecord:
     def fencing_token(self) -> int:
         """F2: grows strictly with (slot, attempt)."""
         return fencing_token(self.slot, self.attempt)
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], *, job: str, where: str) -> RunRecord:
+        """Read a stored row ``(slot, status, attempt, token, holder, claimed_at, lease_until,
+        finished_at, error)``, checking every value: data anarchon did not write is a
+        `StoreCorrupt` naming the run and `where` (the file or table), never a crash."""
+        slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error = row
+        name = f"run of job {job!r} at slot {slot!r} in {where}"
+        try:
+            parsed = RunStatus(status)
+        except ValueError:
+            raise StoreCorrupt(
+                f"{name} has status {status!r}, which anarchon never writes (expected one of "
+                + ", ".join(s.value for s in RunStatus)
+                + "); remove or repair the row"
+            ) from None
+        if not (_is_int(slot) and _is_int(attempt) and attempt >= 1):
+            raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= 1")
+        for field, value in (
+            ("claimed_at", claimed_at),
+            ("lease_until", lease_until),
+            ("finished_at", finished_at),
+        ):
+            if value is not None and not _is_int(value):
+                raise StoreCorrupt(f"{name} has {field} {value!r}; expected epoch milliseconds")
+        if not isinstance(token, str) or not isinstance(holder, str):
+            raise StoreCorrupt(f"{name} has token {token!r} and holder {holder!r}; expected text")
+        if error is not None and not isinstance(error, str):
+            raise StoreCorrupt(f"{name} has error {error!r}; expected text")
+        if parsed is RunStatus.RUNNING and lease_until is None:
+            raise StoreCorrupt(f"{name} is running with no lease_until")
+        return cls(
+            job=job,
+            slot=slot,
+            status=parsed,
+            attempt=attempt,
+            token=token,
+            holder=holder,
+            claimed_at=claimed_at,
+            lease_until=lease_until,
+            finished_at=finished_at,
+            error=error,
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -95,38 +95,9 @@ class Statements:
         )
 
 
-def _int(value: Any, *, optional: bool) -> bool:
-    return (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool))
-
-
 def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
     """Read a row selected with `RUN_COLUMNS`; `where` names the table for the error message."""
-    slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error = row
-    name = f"run of job {job!r} at slot {slot!r} in {where}"
-    try:
-        parsed = RunStatus(status)
-    except ValueError:
-        raise StoreCorrupt(
-            f"{name} has status {status!r}, which anarchon never writes (expected one of "
-            + ", ".join(s.value for s in RunStatus)
-            + "); remove or repair the row"
-        ) from None
-    if not (_int(attempt, optional=False) and attempt >= 1):
-        raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= 1")
-    if parsed is RunStatus.RUNNING and lease_until is None:
-        raise StoreCorrupt(f"{name} is running with no lease_until")
-    return RunRecord(
-        job=job,
-        slot=slot,
-        status=parsed,
-        attempt=attempt,
-        token=token,
-        holder=holder,
-        claimed_at=claimed_at,
-        lease_until=lease_until,
-        finished_at=finished_at,
-        error=error,
-    )
+    return RunRecord.from_row(row, job=job, where=where)
 
 
 def claim_from_row(row: tuple[Any, ...], request: ClaimRequest, where: str) -> Claim:
