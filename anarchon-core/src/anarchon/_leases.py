@@ -14,7 +14,7 @@ import attrs
 from ._claims import Claim, ClaimRequest, Outcome, Overlap
 from ._runs import RunRecord, RunStatus
 
-__all__ = ["decide_claim", "keep_until", "late_by_local_clock", "late_reason"]
+__all__ = ["decide_claim", "keep_until", "late_reason"]
 
 
 def keep_until(request: ClaimRequest, margin_ms: int) -> int:
@@ -32,27 +32,6 @@ def late_reason(request: ClaimRequest, now: int, floor: int | None) -> str | Non
     age = now - request.slot
     if age > request.max_late_ms:
         return f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms"
-    return None
-
-
-def late_by_local_clock(
-    request: ClaimRequest, now: int, *, remembers_ms: int, store: str
-) -> Claim | None:
-    """For stores without leases or a clock: T4, lateness by this instance's clock, and T3, never
-    claim a slot older than the store remembers a run (it could be won a second time)."""
-    age = now - request.slot
-    if age > request.max_late_ms:
-        return Claim(
-            outcome=Outcome.LATE,
-            reason=f"the slot is {age} ms old by this instance's clock, more than max_late "
-            f"({request.max_late_ms} ms)",
-        )
-    if age > remembers_ms:
-        return Claim(
-            outcome=Outcome.LATE,
-            reason=f"the slot is {age} ms old, older than {store} remembers a run "
-            f"({remembers_ms} ms, T3)",
-        )
     return None
 
 

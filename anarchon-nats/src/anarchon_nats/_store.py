@@ -38,7 +38,6 @@ from anarchon import (
     StoreUnavailable,
     StoreURL,
 )
-from anarchon._leases import late_by_local_clock
 
 from ._batch import publish_all
 from ._connection import DRIVER_ERRORS, connect_kwargs, scrub, secrets, shown_url, translate
@@ -198,12 +197,20 @@ class NATSStore(ClaimStore):
     # -- claims ----------------------------------------------------------------------------------
     def _late(self, request: ClaimRequest) -> Claim | None:
         """T4 by this instance's clock; T3: never publish a slot the stream may have forgotten."""
-        return late_by_local_clock(
-            request,
-            _wall_ms(),
-            remembers_ms=self.options.remembers_ms,
-            store=f"stream {self.stream}",
-        )
+        age = _wall_ms() - request.slot
+        if age > request.max_late_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old by this instance's clock, more than max_late "
+                f"({request.max_late_ms} ms)",
+            )
+        if age > self.options.remembers_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old, older than stream {self.stream} remembers a run "
+                f"({self.options.remembers_ms} ms, T3)",
+            )
+        return None
 
     def _headers(self, request: ClaimRequest) -> dict[str, str]:
         if self.options.strategy == "msg-id":

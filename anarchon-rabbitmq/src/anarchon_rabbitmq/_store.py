@@ -25,7 +25,6 @@ from anarchon import (
     StoreUnavailable,
     StoreURL,
 )
-from anarchon._leases import late_by_local_clock
 
 from ._link import Link
 from ._options import RabbitMQOptions
@@ -149,11 +148,19 @@ class RabbitMQStore(ClaimStore):
     # -- the claim ------------------------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         now = _wall_ms()
-        late = late_by_local_clock(
-            request, now, remembers_ms=self.options.slot_ttl_ms, store="RabbitMQ (slot_ttl_ms)"
-        )
-        if late is not None:
-            return late
+        age = now - request.slot
+        if age > request.max_late_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old by this instance's clock, older than max_late "
+                f"({request.max_late_ms} ms)",
+            )
+        if age > self.options.slot_ttl_ms:
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=f"the slot is {age} ms old, older than RabbitMQ remembers a run "
+                f"(slot_ttl {self.options.slot_ttl_ms} ms)",
+            )
         if self._closed:
             raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
         # At most MAX_IN_FLIGHT claims on the wire: RabbitMQ creates a few hundred queues a
