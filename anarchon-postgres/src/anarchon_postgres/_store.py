@@ -118,6 +118,7 @@ class PostgresStore(LeaseStore):
             raise self._error(exc) from None
         try:
             await ensure_schema(conn, self.names)
+            self._sql = self._sql.rendered(conn)
         except psycopg.Error as exc:
             raise self._error(exc) from None
         finally:
