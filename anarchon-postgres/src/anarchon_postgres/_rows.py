@@ -10,7 +10,6 @@ from typing import Any
 
 import attrs
 from psycopg import AsyncConnection, sql
-from psycopg.abc import Query
 
 from anarchon import Claim, ClaimRequest, Outcome, RunRecord, RunStatus, StoreCorrupt
 from anarchon._leases import late_reason
@@ -18,6 +17,9 @@ from anarchon._leases import late_reason
 from ._names import Names
 
 __all__ = ["RUN_COLUMNS", "Statements", "claim_from_row", "run_from_row"]
+
+Query = bytes | sql.SQL | sql.Composed
+"""A statement as `psycopg` takes it: composed with quoted names, or rendered to bytes."""
 
 RUN_COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"
 NOW = "coalesce(%s::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
@@ -109,9 +111,7 @@ class Statements:
 
 
 def _as_bytes(query: Query, conn: AsyncConnection[Any]) -> bytes:
-    if isinstance(query, sql.Composable):
-        return query.as_bytes(conn)
-    return query if isinstance(query, bytes) else query.encode()
+    return query if isinstance(query, bytes) else query.as_bytes(conn)
 
 
 def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
