@@ -55,7 +55,8 @@ class JobKeys:
         return f"{self.tag}:idmp-config"
 
     def lease_keys(self) -> list[str]:
-        return [self.runs, self.slots, self.leases, self.floor, self.events]
+        tag = self.tag
+        return [f"{tag}:runs", f"{tag}:slots", f"{tag}:leases", f"{tag}:floor", f"{tag}:events"]
 
     def expected_types(self) -> dict[str, str]:
         """Every key of the job with the Redis type anarchon gives it."""

@@ -1,6 +1,6 @@
 """``strategy=lease``: L1-L11 in one Lua script (``_scripts/lease.lua``) on Redis TIME.
 
-Each job's runs are JSON values in the hash ``{prefix:job}:runs``; the sorted sets ``:slots`` and
+Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``; the sorted sets ``:slots`` and
 ``:leases`` index them for retention and the overlap rule, ``:floor`` holds the newest forgotten
 slot (L11), and the stream ``:events`` records each claim, takeover and finish. Redis runs a
 script from start to end before anything else, so every decision is one atomic step (C1).
@@ -25,11 +25,11 @@ from anarchon import (
     RunStatus,
     StoreCorrupt,
 )
-from anarchon._leases import decide_claim, late_reason
+from anarchon._leases import decide_claim, keep_until, late_reason
 
 from ._client import Script, guarded, server_now_ms, translated
 from ._keys import JobKeys
-from ._runs import run_from_json
+from ._runs import run_from_value
 from ._store import RedisStore
 
 __all__ = ["RedisLeaseStore"]
@@ -62,7 +62,8 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         skip = 1 if request.overlap is Overlap.SKIP else 0
         packed = (
             f"{request.slot} {request.token} {request.lease_ms} {request.max_late_ms} {skip} "
-            f"{request.attempts} {self.options.retention_margin_ms} {self.options.history_limit}"
+            f"{request.attempts} {keep_until(request, self.options.retention_margin_ms)} "
+            f"{self.options.history_limit}"
         )
         return ["claim", packed, request.instance]
 
@@ -78,7 +79,14 @@ class RedisLeaseStore(RedisStore, LeaseStore):
 
     async def claim(self, request: ClaimRequest) -> Claim:
         keys = self.keys(request.job)
-        reply = await self._run(keys, self._claim_args(request))
+        names = keys.lease_keys()
+        args = self._claim_args(request)
+        try:  # the usual case first, with nothing around it: this is the hot path
+            reply = await self.client.evalsha(LEASE.sha, 5, *names, *args)
+        except rex.NoScriptError:  # a restart or SCRIPT FLUSH forgot the script: send it whole
+            reply = await self._run(keys, args)
+        except (rex.RedisError, OSError) as exc:
+            reply = await guarded(self.client, self.url, keys, names, _reraise(exc))
         return _claim_from_reply(reply, request, keys)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
@@ -121,7 +129,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         raw, (seconds, micros) = await guarded(self.client, self.url, keys, [keys.runs], read)
         if raw is not None:
             now = int(seconds) * 1000 + int(micros) // 1000
-            run = run_from_json(raw, request.job, request.slot, keys.runs)
+            run = run_from_value(raw, request.job, request.slot, keys.runs)
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
                 claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
                 return claim
@@ -167,7 +175,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             return [(int(s), v) for s, v in zip(slots, values, strict=True)]
 
         rows = await guarded(client, self.url, keys, [keys.slots, keys.runs], read)
-        return [run_from_json(raw, job, slot, keys.runs) for slot, raw in rows if raw is not None]
+        return [run_from_value(raw, job, slot, keys.runs) for slot, raw in rows if raw is not None]
 
     async def now_ms(self) -> int:
         with translated(self.url):
@@ -182,9 +190,9 @@ def _reraise(exc: Exception) -> Any:
 
 
 def _claim_from_reply(reply: Any, request: ClaimRequest, keys: JobKeys) -> Claim:
+    """The script's one-string answer (see ``lease.lua``) as a `Claim`."""
     try:
-        head, holder = reply
-        outcome, attempt_s, lease_s, status, now_s, floor_s, token = head.split(" ")
+        outcome, attempt_s, lease_s, status, now_s, floor_s, token, holder = reply.split(" ", 7)
         attempt, now = int(attempt_s), int(now_s)
         lease = None if lease_s == "-" else int(lease_s)
         floor = None if floor_s == "-" else int(floor_s)
@@ -192,13 +200,6 @@ def _claim_from_reply(reply: Any, request: ClaimRequest, keys: JobKeys) -> Claim
         raise StoreCorrupt(
             f"Redis answered {reply!r} to the claim script for {keys.runs}"
         ) from None
-    if outcome == "late":
-        return Claim(outcome=Outcome.LATE, reason=late_reason(request, now, floor) or "late")
-    if outcome == "overlap":
-        return Claim(
-            outcome=Outcome.OVERLAP,
-            reason="another run of this job holds a live lease and overlap is 'skip'",
-        )
     if outcome == "won":
         return Claim(
             outcome=Outcome.WON, attempt=attempt, token=token, holder=holder, lease_until=lease
@@ -206,6 +207,13 @@ def _claim_from_reply(reply: Any, request: ClaimRequest, keys: JobKeys) -> Claim
     if outcome == "running":
         return Claim(
             outcome=Outcome.RUNNING, attempt=attempt, token=token, holder=holder, lease_until=lease
+        )
+    if outcome == "late":
+        return Claim(outcome=Outcome.LATE, reason=late_reason(request, now, floor) or "late")
+    if outcome == "overlap":
+        return Claim(
+            outcome=Outcome.OVERLAP,
+            reason="another run of this job holds a live lease and overlap is 'skip'",
         )
     if outcome in ("done", "interrupted"):
         reason = (

@@ -14,7 +14,6 @@ store's prefix option.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -22,7 +21,7 @@ import redis.asyncio as aioredis
 from anarchon import RunRecord, RunStatus
 
 from ._keys import JobKeys
-from ._runs import run_from_json
+from ._runs import run_fields, run_from_value, run_value
 from ._streams import parse_entry
 
 __all__ = [
@@ -40,7 +39,7 @@ __all__ = [
 async def raw_run(client: aioredis.Redis, prefix: str, job: str, slot: int) -> RunRecord | None:
     keys = JobKeys(prefix, job)
     raw: Any = await client.hget(keys.runs, str(slot))
-    return None if raw is None else run_from_json(raw, job, slot, keys.runs)
+    return None if raw is None else run_from_value(raw, job, slot, keys.runs)
 
 
 async def raw_claim(client: aioredis.Redis, prefix: str, job: str, slot: int) -> RunRecord | None:
@@ -64,15 +63,18 @@ async def raw_claim(client: aioredis.Redis, prefix: str, job: str, slot: int) ->
 async def set_run_field(
     client: aioredis.Redis, prefix: str, job: str, slot: int, name: str, value: Any
 ) -> None:
-    """HSET the run with one field changed (and its entry in ``:leases`` when it is the lease)."""
+    """HSET the run with one field changed (and its entry in ``:leases`` when it is the lease);
+    `name` is one of `anarchon_redis._runs.FIELDS`."""
     keys = JobKeys(prefix, job)
-    raw = await client.hget(keys.runs, str(slot))
+    raw: Any = await client.hget(keys.runs, str(slot))
     if raw is None:
         raise KeyError(f"no run ({job}, {slot}) under prefix {prefix!r}")
-    run = json.loads(raw)
-    run[name] = value
-    await client.hset(keys.runs, str(slot), json.dumps(run))
-    if name == "lease_until" and run.get("status") == "running":
+    run = run_fields(raw, keys.runs, slot)
+    if name not in run:
+        raise KeyError(f"a stored run has no field {name!r}; fields: {', '.join(run)}")
+    run[name] = None if value is None else str(value)
+    await client.hset(keys.runs, str(slot), run_value(run))
+    if name == "lease_until" and run["status"] == "running":
         await client.zadd(keys.leases, {str(slot): value})
 
 
