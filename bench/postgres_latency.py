@@ -9,6 +9,9 @@ elsewhere on the machine are the same for all:
 * won: a claim of a new slot each time (the claim function's lock path: job row lock, INSERT);
 * lost: a claim of a run another token holds (the function's read before the lock, no write);
 * check: a backup's L10 poll of that live run (one plain SELECT);
+* call floor: ``SELECT * FROM`` a PL/pgSQL function with the claim function's 13 arguments and
+  8 result columns that only returns constants: what calling any such function costs here,
+  before it reads or writes anything;
 * shedlock won / lost: ShedLock's lock, one ``UPDATE shedlock SET lock_until = ..., locked_at =
   ..., locked_by = ... WHERE name = ? AND lock_until <= now()``, on a free lock (one row changed)
   and on a held one (none);
@@ -47,10 +50,23 @@ URL = os.environ.get("ANARCHON_TEST_POSTGRES_URL", "postgresql://postgres@127.0.
 
 Call = Callable[[int], Awaitable[object]]
 
+CALL_FLOOR = """
+CREATE FUNCTION {}(
+    p_prefix text, p_job text, p_slot bigint, p_token text, p_holder text,
+    p_lease_ms bigint, p_max_late_ms bigint, p_skip_overlap boolean, p_attempts integer,
+    p_keep_until bigint, p_history_limit integer, p_lock_timeout_ms integer, p_now bigint,
+    OUT o_outcome text, OUT o_attempt integer, OUT o_token text, OUT o_holder text,
+    OUT o_lease_until bigint, OUT o_status text, OUT o_now bigint, OUT o_floor bigint)
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN o_outcome := 'running'; o_attempt := 1; END $$
+"""
+"""The claim function's signature with a body that does nothing (the "call floor")."""
+
 RATIOS = [
     ("won / floor", "won", "floor"),
     ("lost / select1", "lost", "select1"),
     ("check / select1", "check", "select1"),
+    ("call floor / select1", "call floor", "select1"),
+    ("lost / call floor", "lost", "call floor"),
     ("shedlock won / won", "shedlock won", "won"),
     ("shedlock lost / lost", "shedlock lost", "lost"),
     ("advisory / won", "advisory", "won"),
@@ -121,6 +137,13 @@ class Bench:
             "UPDATE {} SET lock_until = now() + interval '10 minutes', locked_at = now(), "
             "locked_by = %s WHERE name = %s AND lock_until <= now()"
         ).format(shedlock)
+        self.call_floor = sql.SQL(
+            "SELECT * FROM {}(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        ).format(sql.Identifier(self.schema, "bench_call_floor"))
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                sql.SQL(CALL_FLOOR).format(sql.Identifier(self.schema, "bench_call_floor"))
+            )
         self.now = await self.store.now_ms()
         self.next_slot = self.now - 3_000_000_000  # far from the held slot; max_late covers it
         assert (await self.store.claim(self.request(self.now, "holder"))).won
@@ -159,6 +182,12 @@ class Bench:
             claim = await store.check(self.request(self.now))
             assert claim.outcome is Outcome.RUNNING, claim
 
+        call_args = self.store._args(self.request(self.now))
+
+        async def call_floor(_: int) -> None:
+            async with pool.connection() as conn:
+                await (await conn.execute(self.call_floor, call_args)).fetchone()
+
         async def shed_won(_: int) -> None:
             async with pool.connection() as conn:
                 cur = await conn.execute(self.shed_won, ("bench", "free"))
@@ -180,6 +209,7 @@ class Bench:
             "won": won,
             "lost": lost,
             "check": check,
+            "call floor": call_floor,
             "shedlock won": shed_won,
             "shedlock lost": shed_lost,
             "advisory": advisory,

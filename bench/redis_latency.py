@@ -5,7 +5,10 @@ store's own redis-py client, so the client, the driver and the network are the s
 
 * ping: ``PING`` (one round trip, no work: the floor);
 * won: a claim of a new slot each time;
-* lost: a claim of a slot another token holds.
+* lost: a claim of a slot another token holds;
+* eval floor (lease): ``EVALSHA`` of a script that only returns a constant claim answer, with
+  the claim's keys and arguments: what any one-script claim costs here before it reads or
+  writes a key.
 
 Strategies: lease, stream-id, script on ``ANARCHON_TEST_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``); idmp on a private Redis 8.6 when ``scripts/redis-servers`` has
@@ -26,6 +29,9 @@ from anarchon import ClaimRequest, Overlap
 from anarchon_redis import RedisStore, testing
 
 URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+EVAL_FLOOR = (
+    "return 'running 1 1764000030000 running 1764000000000 - ' .. string.rep('a', 32) .. ' x'"
+)
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
@@ -48,7 +54,8 @@ async def bench(url: str, strategy: str, n: int) -> None:
         now = await store.now_ms()
         held = ClaimRequest(job="held", slot=now, instance="bench:1:aaaa", overlap=Overlap.ALLOW)
         await store.claim(held)
-        times: dict[str, list[float]] = {"ping": [], "won": [], "lost": []}
+        times: dict[str, list[float]] = {"ping": [], "won": [], "lost": [], "eval floor": []}
+        floor_sha = await client.script_load(EVAL_FLOOR)
         base = now - 1_000
         for i in range(n):
             won = ClaimRequest(  # 50 jobs, each claiming its next slot in turn
@@ -61,8 +68,16 @@ async def bench(url: str, strategy: str, n: int) -> None:
             times["ping"].append(await timed(client.ping))
             times["won"].append(await timed(lambda r=won: store.claim(r)))  # type: ignore[misc]
             times["lost"].append(await timed(lambda r=lost: store.claim(r)))  # type: ignore[misc]
+            if strategy == "lease":
+                keys = store.keys(won.job).lease_keys()
+                args = store._claim_args(won)
+                times["eval floor"].append(
+                    await timed(lambda k=keys, a=args: client.evalsha(floor_sha, 5, *k, *a))  # type: ignore[misc]
+                )
         ping_median, ping_p99 = summary(times["ping"])
-        for kind in ("won", "lost"):
+        for kind in ("won", "lost", "eval floor"):
+            if not times[kind]:
+                continue
             median, p99 = summary(times[kind])
             print(
                 f"{strategy:9} {kind:4}  median {median:7.1f} us ({median / ping_median:4.2f}x "
