@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from anarchon import ConfigError, LeaseStore, Outcome, StoreCorrupt
+from anarchon import ConfigError, LeaseStore, Outcome, StoreCorrupt, SupportsClaimMany
 from anarchon_redis import IdmpStore, JobKeys, ScriptStore, StreamIdStore
 
 if TYPE_CHECKING:
@@ -183,3 +183,73 @@ async def test_options_are_checked_per_strategy(env: Env) -> None:
         await env.store("fastest")
     with pytest.raises(ConfigError, match="unknown option"):
         await env.store("lease", nonsense=1)
+
+
+BATCHED = [
+    pytest.param("redis", "stream-id", id="redis-stream-id"),
+    pytest.param("redis", "script", id="redis-script"),
+    pytest.param("valkey", "stream-id", id="valkey-stream-id"),
+    pytest.param("valkey", "script", id="valkey-script"),
+]
+
+
+@pytest.mark.parametrize(("server", "strategy"), BATCHED)
+async def test_claim_many_answers_as_claims_one_by_one(
+    env_on: EnvFactory, server: str, strategy: str
+) -> None:
+    env = await env_on(server)
+    store, other = await env.store(strategy), await env.store(strategy)
+    assert store.capabilities.batch and isinstance(store, SupportsClaimMany)
+    slot = await env.slot()
+    mine = [env.request(f"job{i}", slot) for i in range(5)]
+    assert await store.claim_many([]) == []
+    first = await store.claim_many(mine)
+    assert [(c.outcome, c.token) for c in first] == [(Outcome.WON, r.token) for r in mine]
+    resent = await other.claim_many(mine)  # C2: the same tokens again, from another connection
+    assert all(c.won for c in resent)
+    rivals = [env.request(f"job{i}", slot, instance="rival:2:bbbb") for i in range(5)]
+    lost = await other.claim_many([*rivals, env.request("job5", slot)])
+    assert [c.outcome for c in lost] == [Outcome.LOST] * 5 + [Outcome.WON]
+    assert [c.token for c in lost[:5]] == [r.token for r in mine]
+    assert {c.holder for c in lost[:5]} == {"test:1:aaaa"}
+    # A late request among others: below the stream's top (stream-id) or past max_late (script).
+    late = (
+        env.request("job0", slot - 1000)
+        if strategy == "stream-id"
+        else env.request("job0", slot - 10_000, max_late_ms=1_000)
+    )
+    mixed = await store.claim_many([late, env.request("job6", slot)])
+    assert [c.outcome for c in mixed] == [Outcome.LATE, Outcome.WON]
+    for i, request in enumerate(mine):
+        history = await store.history(f"job{i}")
+        assert [(r.slot, r.token) for r in history] == [(slot, request.token)]
+
+
+@pytest.mark.parametrize(("server", "strategy"), BATCHED)
+async def test_claim_many_wrongtype_key_names_it(
+    env_on: EnvFactory, server: str, strategy: str
+) -> None:
+    env = await env_on(server)
+    store = await env.store(strategy)
+    assert isinstance(store, SupportsClaimMany)
+    await env.raw.set(JobKeys(env.prefix, "bad").claims, "not a stream")
+    slot = await env.slot()
+    batch = [env.request("good", slot), env.request("bad", slot)]
+    with pytest.raises(StoreCorrupt, match=r"key \{t[0-9a-f]+:bad\}:claims .* is a string"):
+        await store.claim_many(batch)
+
+
+async def test_script_claim_many_sends_the_script_again_after_a_flush(env: Env) -> None:
+    store = await env.store("script")
+    assert isinstance(store, SupportsClaimMany)
+    await env.raw.script_flush()
+    slot = await env.slot()
+    claims = await store.claim_many([env.request("a", slot), env.request("b", slot)])
+    assert all(c.won for c in claims)
+
+
+async def test_stream_id_claim_many_slot_zero_is_late(env: Env) -> None:
+    store = await env.store("stream-id")
+    assert isinstance(store, SupportsClaimMany)
+    claims = await store.claim_many([env.request("a", 0), env.request("b", await env.slot())])
+    assert [c.outcome for c in claims] == [Outcome.LATE, Outcome.WON]

@@ -5,12 +5,16 @@ before 8.6). A slot older than the window is `late`: the store no longer knows (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import redis.asyncio as aioredis
+import redis.exceptions as rex
 
 from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt
 
-from ._client import Script
-from ._streams import StreamStore, decided
+from ._client import Script, translated
+from ._streams import StreamStore, decided, raise_first_error
 
 __all__ = ["ScriptStore"]
 
@@ -21,6 +25,7 @@ class ScriptStore(StreamStore):
     """No-lease store: a windowed scan and append in one script."""
 
     strategy = "script"
+    batch = True
 
     @property
     def remembers_ms(self) -> int | None:
@@ -29,12 +34,39 @@ class ScriptStore(StreamStore):
     async def _prepare(self, client: aioredis.Redis) -> None:
         await WINDOW.load(client)
 
+    def _args(self, request: ClaimRequest) -> list[Any]:
+        window = self.options.script_window_ms
+        return [request.slot, request.token, request.instance, window, request.max_late_ms]
+
     async def claim(self, request: ClaimRequest) -> Claim:
         keys = self.keys(request.job)
         client = self.client
-        window = self.options.script_window_ms
-        args = [request.slot, request.token, request.instance, window, request.max_late_ms]
+        args = self._args(request)
         reply = await self._guarded(keys, lambda: WINDOW(client, [keys.claims], args))
+        return self._decide(request, reply)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """One round trip: the scripts of all requests pipelined, in order (each is atomic on
+        its own job's stream); the script is sent whole once if the server forgot it."""
+        client = self.client
+        replies: list[Any] = []
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            for request in requests:
+                pipe.evalsha(WINDOW.sha, 1, self.keys(request.job).claims, *self._args(request))
+            with translated(self.url):
+                replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, rex.NoScriptError) for r in replies):
+                with translated(self.url):
+                    await WINDOW.load(client)
+                continue
+            break
+        await raise_first_error(self, requests, replies)
+        return [self._decide(r, reply) for r, reply in zip(requests, replies, strict=True)]
+
+    def _decide(self, request: ClaimRequest, reply: Any) -> Claim:
+        keys = self.keys(request.job)
+        window = self.options.script_window_ms
         try:
             state, token, holder, _, now = reply
             age = int(now) - request.slot

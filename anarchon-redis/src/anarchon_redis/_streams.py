@@ -5,15 +5,24 @@ entries carry the fields ``slot``, ``token`` and ``holder``, the outcomes won / 
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any
 
-from anarchon import Capabilities, Claim, Outcome, RunRecord, RunStatus, StoreCorrupt
+from anarchon import (
+    Capabilities,
+    Claim,
+    ClaimRequest,
+    Outcome,
+    RunRecord,
+    RunStatus,
+    StoreCorrupt,
+)
 
 from ._client import guarded
 from ._keys import JobKeys
 from ._store import RedisStore
 
-__all__ = ["Entry", "StreamStore", "parse_entry"]
+__all__ = ["Entry", "StreamStore", "parse_entry", "raise_first_error"]
 
 Entry = tuple[str, dict[str, str]]
 
@@ -41,6 +50,20 @@ def decided(mine: bool, token: str, holder: str) -> Claim:
     return Claim(outcome=Outcome.LOST, attempt=1, token=token, holder=holder)
 
 
+async def raise_first_error(
+    store: StreamStore, requests: Sequence[ClaimRequest], replies: Sequence[Any]
+) -> None:
+    """After a pipeline: the first error among `replies` (one per request, in order), raised as
+    the claim alone would raise it (a WRONGTYPE names the key)."""
+    for request, reply in zip(requests, replies, strict=True):
+        if isinstance(reply, Exception):
+
+            async def again(exc: Exception = reply) -> None:
+                raise exc
+
+            await store._guarded(store.keys(request.job), again)
+
+
 class StreamStore(RedisStore):
     """Base of the no-lease strategies."""
 
@@ -48,6 +71,9 @@ class StreamStore(RedisStore):
     @abc.abstractmethod
     def remembers_ms(self) -> int | None:
         """T3: how long a claim stays known after its slot."""
+
+    batch = False
+    """The strategy has a pipelined `claim_many` (`SupportsClaimMany`)."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -58,7 +84,7 @@ class StreamStore(RedisStore):
             overlap=False,
             history=True,
             store_clock=True,
-            batch=False,
+            batch=self.batch,
             remembers_ms=self.remembers_ms,
         )
 
