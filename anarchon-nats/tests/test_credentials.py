@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import struct
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,7 @@ import pytest
 import anarchon
 from anarchon import ClaimRequest, StoreUnavailable
 from anarchon_nats import NATSStore
+from anarchon_nats._connection import ConnectErrors
 
 from .conftest import PrivateServer, require_binary
 
@@ -46,8 +51,60 @@ async def test_wrong_password_error_hides_it(
         await store.open()
     message = str(info.value)
     assert "app:***@" in message and "Authorization" in message, message
+    assert "refused the login" in message, message
     for text in (message, repr(info.value), caplog.text, repr(store)):
         assert wrong not in text and PASSWORD not in text
+
+
+def test_refused_login_outranks_the_reset_that_follows_it() -> None:
+    """After its -ERR the server hangs up; closing that socket may then report a reset."""
+    import nats.errors
+
+    errors = ConnectErrors((PASSWORD,))
+    refusal = nats.errors.Error("nats: 'Authorization Violation'")
+    for exc in (refusal, refusal, ConnectionResetError(104, "Connection reset by peer")):
+        errors.add(exc)
+    reason, refused = errors.reason(nats.errors.NoServersError())
+    assert refused and "Authorization Violation" in reason
+
+    errors.clear()
+    errors.add(ConnectionRefusedError(111, f"Connect call failed {PASSWORD}"))
+    reason, refused = errors.reason(nats.errors.NoServersError())
+    assert not refused and "ConnectionRefusedError" in reason and PASSWORD not in reason
+
+
+@pytest.fixture
+async def resetting_server() -> AsyncIterator[int]:
+    """A fake NATS server that refuses every login the way nats-server may: ``-ERR``, then a
+    reset of the connection (forced here with ``SO_LINGER`` 0, not left to chance)."""
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'INFO {"server_id":"fake","version":"2.9.10","proto":1,')
+        writer.write(b'"auth_required":true,"max_payload":1048576}\r\n')
+        await writer.drain()
+        await reader.readline()  # CONNECT
+        writer.write(b"-ERR 'Authorization Violation'\r\n")
+        await writer.drain()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+
+
+async def test_refused_login_is_reported_despite_a_reset(
+    resetting_server: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="anarchon.nats")
+    store = NATSStore.create(f"nats://app:{PASSWORD}@127.0.0.1:{resetting_server}")
+    with pytest.raises(StoreUnavailable) as info:
+        await store.open()
+    message = str(info.value)
+    assert "refused the login" in message and "Authorization Violation" in message, message
+    assert "app:***@" in message and PASSWORD not in message and PASSWORD not in caplog.text
 
 
 async def test_token_is_hidden(auth_server: PrivateServer) -> None:

@@ -17,7 +17,15 @@ from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable,
 
 from ._options import NATSOptions
 
-__all__ = ["DRIVER_ERRORS", "connect_kwargs", "scrub", "shown_url", "translate"]
+__all__ = [
+    "DRIVER_ERRORS",
+    "ConnectErrors",
+    "connect_kwargs",
+    "refused_login",
+    "scrub",
+    "shown_url",
+    "translate",
+]
 
 DEFAULT_PORT = 4222
 DRIVER_ERRORS = (nats.errors.Error, OSError, asyncio.TimeoutError, TimeoutError, ValueError)
@@ -45,6 +53,54 @@ def scrub(text: str, hidden: tuple[str, ...]) -> str:
     for secret in hidden:
         text = text.replace(secret, "***")
     return text
+
+
+_LOGIN_REFUSALS = ("authorization", "authentication")
+"""Words of the server's ``-ERR`` when it refuses the credentials: ``'Authorization Violation'``,
+``'Authentication Timeout'``, ``'User Authentication Expired'``, ``'Authentication Revoked'``."""
+
+
+def refused_login(exc: BaseException) -> bool:
+    """The server refused the credentials (its ``-ERR``), as opposed to a transport failure."""
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, nats.errors.Error) and any(word in text for word in _LOGIN_REFUSALS)
+
+
+class ConnectErrors:
+    """The errors nats-py reports (``error_cb``) while `open` connects, and the one to show.
+
+    A refused login is shown even when other errors follow it: after its ``-ERR`` the server
+    hangs up, and nats-py then reports a ``ConnectionResetError`` from closing that socket (the
+    server resets a connection it closed with our ``PING`` unread). That reset is noise; the
+    refusal is the reason. Otherwise the latest error is shown.
+    """
+
+    def __init__(self, hidden: tuple[str, ...]) -> None:
+        self.hidden = hidden
+        self.last: str | None = None
+        self.refusal: str | None = None
+
+    def clear(self) -> None:
+        self.last = self.refusal = None
+
+    def add(self, exc: BaseException) -> str:
+        """Remember `exc`; its text, scrubbed of the secrets."""
+        text = scrub(f"{type(exc).__name__}: {exc}".strip(), self.hidden)
+        self.last = text
+        if refused_login(exc):
+            self.refusal = text
+        return text
+
+    def reason(self, final: BaseException) -> tuple[str, bool]:
+        """What made connecting fail (`final`: what nats-py raised at last), and whether it is a
+        refused login."""
+        if self.refusal is not None:
+            return self.refusal, True
+        if refused_login(final):
+            return self.add(final), True
+        return self.last or scrub(f"{type(final).__name__}: {final}", self.hidden), False
 
 
 def _tls_context(options: NATSOptions) -> ssl.SSLContext:

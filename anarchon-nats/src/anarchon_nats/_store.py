@@ -40,7 +40,14 @@ from anarchon import (
 )
 
 from ._batch import publish_all
-from ._connection import DRIVER_ERRORS, connect_kwargs, scrub, secrets, shown_url, translate
+from ._connection import (
+    DRIVER_ERRORS,
+    ConnectErrors,
+    connect_kwargs,
+    secrets,
+    shown_url,
+    translate,
+)
 from ._options import NATSOptions
 from ._records import decode, encode
 from ._stream import Subjects, ensure_stream
@@ -93,7 +100,7 @@ class NATSStore(ClaimStore):
         self._timeout = options.timeout_ms / 1000
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._last_error: str | None = None
+        self._errors = ConnectErrors(self._secrets)
 
     @classmethod
     def create(cls, url: str, **options: object) -> NATSStore:
@@ -127,8 +134,7 @@ class NATSStore(ClaimStore):
         return translate(exc, self.where, self._secrets)
 
     async def _on_error(self, exc: Exception) -> None:
-        self._last_error = scrub(f"{type(exc).__name__}: {exc}".strip(), self._secrets)
-        log.debug("NATS at %s: %s", self.where, self._last_error)
+        log.debug("NATS at %s: %s", self.where, self._errors.add(exc))
         nc = self._nc
         if nc is not None and not nc.is_connected and not nc.is_closed:
             # nats-py (2.16) leaves the socket of a failed reconnection attempt open and
@@ -150,7 +156,7 @@ class NATSStore(ClaimStore):
         reached or refuses the login; the message never shows the password."""
         if self._nc is not None:
             return
-        self._last_error = None
+        self._errors.clear()
         try:
             nc = await nats.connect(
                 **self._kwargs,
@@ -168,7 +174,12 @@ class NATSStore(ClaimStore):
                 reconnected_cb=self._on_reconnected,
             )
         except DRIVER_ERRORS as exc:
-            reason = self._last_error or scrub(f"{type(exc).__name__}: {exc}", self._secrets)
+            reason, refused = self._errors.reason(exc)
+            if refused:
+                raise StoreUnavailable(
+                    f"NATS at {self.where} refused the login ({reason}); check user and password "
+                    "(or token), not shown"
+                ) from None
             raise StoreUnavailable(
                 f"NATS at {self.where} cannot be reached ({reason}); check host, port, user and "
                 "password (not shown), and that the server runs with JetStream (-js)"
