@@ -5,6 +5,7 @@ a raw aiormq connection that bypasses the store (the tests' oracle)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -64,6 +65,20 @@ async def message_count(queue: str) -> int | None:
         except aiormq.exceptions.ChannelNotFoundEntity:
             return None
         return int(ok.message_count or 0)
+    finally:
+        await connection.close()
+
+
+async def stored_token(queue: str) -> str | None:
+    """The token of the claim `queue` holds (None when it holds none), read without taking it:
+    the message is fetched unacknowledged and requeued when the connection closes."""
+    connection = await aiormq.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        got = await channel.basic_get(queue, no_ack=False)
+        if got.delivery_tag is None:
+            return None
+        return str(json.loads(got.body)["token"])
     finally:
         await connection.close()
 

@@ -15,9 +15,27 @@ from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, red
 
 from ._options import RabbitMQOptions
 
-__all__ = ["Link", "driver_url"]
+__all__ = ["Link", "broken", "driver_url"]
 
 log = logging.getLogger("anarchon.rabbitmq")
+
+_DRIVER_ERRORS = (
+    aiormq.exceptions.AMQPError,
+    OSError,
+    RuntimeError,
+    asyncio.IncompleteReadError,
+    asyncio.TimeoutError,
+)
+"""What a broken channel or connection raises (aiormq's ChannelInvalidStateError is a
+RuntimeError)."""
+
+
+def broken(exc: BaseException) -> bool:
+    """Whether `exc` says the channel or connection broke. Besides `_DRIVER_ERRORS`, that is a
+    bare ``Exception``: when the broker side closes the socket cleanly (EOF between frames),
+    aiormq closes the connection without a reason and fails every pending call with the class
+    ``Exception`` itself."""
+    return isinstance(exc, _DRIVER_ERRORS) or type(exc) is Exception
 
 
 def driver_url(url: StoreURL, options: RabbitMQOptions) -> str:
@@ -116,7 +134,9 @@ class Link:
             connection = await asyncio.wait_for(aiormq.connect(self._url), timeout)
         except asyncio.TimeoutError as exc:
             raise self.unavailable(f"no connection within {timeout:g} s", exc) from None
-        except (OSError, aiormq.exceptions.AMQPError, asyncio.IncompleteReadError) as exc:
+        except Exception as exc:
+            if not broken(exc):
+                raise
             raise self.translate(exc) from None
         # All channels now, so that a claim's first write is its claim, not a channel opening.
         try:
@@ -136,7 +156,9 @@ class Link:
                 connection.channel(publisher_confirms=True, on_return_raises=True),
                 self._options.connect_timeout_ms / 1000,
             )
-        except (asyncio.TimeoutError, OSError, aiormq.exceptions.AMQPError, RuntimeError) as exc:
+        except Exception as exc:
+            if not broken(exc):
+                raise
             raise self.unavailable("cannot open a channel", exc) from None
 
     async def ensure(self) -> None:
@@ -154,7 +176,9 @@ class Link:
             return await asyncio.wait_for(
                 _passive_count(connection, queue), self._options.connect_timeout_ms / 1000
             )
-        except (asyncio.TimeoutError, OSError, aiormq.exceptions.AMQPError, RuntimeError) as exc:
+        except Exception as exc:
+            if not broken(exc):
+                raise
             raise self.unavailable(f"cannot inspect queue {queue!r}", exc) from None
 
     async def close(self) -> None:

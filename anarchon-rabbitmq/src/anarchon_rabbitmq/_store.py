@@ -26,7 +26,7 @@ from anarchon import (
     StoreURL,
 )
 
-from ._link import Link
+from ._link import Link, broken
 from ._options import RabbitMQOptions
 from ._queues import (
     claim_body,
@@ -44,10 +44,6 @@ UNSETTLED_KEPT = 10_000
 """Tokens whose claim was sent without an answer, remembered so a resend that finds the queue
 full says `unknown` (the stored claim may be its own) instead of `lost`."""
 OPEN_TRIES = 3
-
-_CHANNEL_ERRORS = (aiormq.exceptions.AMQPError, OSError, RuntimeError, asyncio.IncompleteReadError)
-"""What a broken channel or connection raises (aiormq's ChannelInvalidStateError is a
-RuntimeError)."""
 
 
 def _wall_ms() -> int:
@@ -174,26 +170,47 @@ class RabbitMQStore(ClaimStore):
         channel = await self._link.channel()
         try:
             await channel.queue_declare(queue, durable=True, nowait=True, arguments=self._arguments)
-        except _CHANNEL_ERRORS as exc:
+        except Exception as exc:
+            if not broken(exc):
+                raise
             raise self._link.unavailable(f"the claim of {queue} was not sent", exc) from None
         # From here on the claim may reach the broker: a lost answer is never `won` (C3).
         publishing = asyncio.ensure_future(self._publish(channel, queue, request, now))
+        # The channel's closing too: aiormq rejects a publish that awaits its confirm when the
+        # connection drops, but not one still waiting to be written (for the channel's lock or
+        # room in the connection's write queue, which nothing drains any more). Such a publish
+        # would hang until the confirm timeout and turn a claim the broker never saw into
+        # `unknown`: a missed run, although the store could have resent it at once.
+        closing = channel.closing
+        closing.add_done_callback(_ignore_result)
         try:
-            done, _ = await asyncio.wait(
-                {publishing}, timeout=self.options.confirm_timeout_ms / 1000
+            await asyncio.wait(
+                {publishing, closing},
+                timeout=self.options.confirm_timeout_ms / 1000,
+                return_when=asyncio.FIRST_COMPLETED,
             )
         except asyncio.CancelledError:
             self._remember(request.token)
             raise
-        if not done:
-            publishing.add_done_callback(_ignore_result)
-            self._remember(request.token)
-            return Claim(
-                outcome=Outcome.UNKNOWN,
-                reason=f"RabbitMQ did not confirm the claim of {queue} within "
-                f"{self.options.confirm_timeout_ms} ms; it may have been stored (C3)",
-            )
-        return await self._decide(publishing, queue, request)
+        finally:
+            closing.cancel()  # only this observer: the channel stays as it is
+        if publishing.done():
+            return await self._decide(publishing, queue, request)
+        publishing.add_done_callback(_ignore_result)
+        if channel.is_closed:
+            # Closed under the claim, its confirm not in: the publish may or may not have left.
+            # Judged by why the channel closed (a refused declaration is the broker's answer).
+            publishing.cancel()
+            reason = _close_reason(channel)
+            if reason is not None and broken(reason):
+                return await self._judge(reason, queue, request)
+            return await self._settle(request, queue, "the channel closed before the confirm")
+        self._remember(request.token)
+        return Claim(
+            outcome=Outcome.UNKNOWN,
+            reason=f"RabbitMQ did not confirm the claim of {queue} within "
+            f"{self.options.confirm_timeout_ms} ms; it may have been stored (C3)",
+        )
 
     @staticmethod
     async def _publish(
@@ -217,6 +234,10 @@ class RabbitMQStore(ClaimStore):
             return Claim(
                 outcome=Outcome.WON, attempt=1, token=request.token, holder=request.instance
             )
+        return await self._judge(exc, queue, request)
+
+    async def _judge(self, exc: BaseException, queue: str, request: ClaimRequest) -> Claim:
+        """The claim by the error that ended its publish (or closed its channel)."""
         if isinstance(exc, aiormq.exceptions.PublishError):
             # Returned unroutable: the queue vanished between declare and publish; not stored.
             raise self._link.unavailable(f"the claim of {queue} was returned unrouted", exc)
@@ -239,7 +260,7 @@ class RabbitMQStore(ClaimStore):
                     f"permissions on queues named '{self.options.prefix}\\..*' (never read)"
                 ) from None
             raise explain_refusal(queue, self._link.scrub(str(exc)), self.options.slot_ttl_ms)
-        if isinstance(exc, _CHANNEL_ERRORS):
+        if broken(exc):
             return await self._settle(request, queue, f"{type(exc).__name__} before the confirm")
         raise exc
 
@@ -268,6 +289,14 @@ class RabbitMQStore(ClaimStore):
         self._unsettled.move_to_end(token)
         while len(self._unsettled) > UNSETTLED_KEPT:
             self._unsettled.popitem(last=False)
+
+
+def _close_reason(channel: AbstractChannel) -> BaseException | None:
+    """Why a closed channel closed: the broker's Channel.Close, or the connection's failure."""
+    closed = channel.closing  # the channel's own closing future, once it is done
+    if not closed.done() or closed.cancelled():
+        return None
+    return closed.exception()
 
 
 def _ignore_result(future: asyncio.Future[object]) -> None:
