@@ -1,9 +1,10 @@
 """``strategy=lease``: L1-L11 in one Lua script (``_scripts/lease.lua``) on Redis TIME.
 
-Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``; the sorted sets ``:slots`` and
-``:leases`` index them for retention and the overlap rule, ``:floor`` holds the newest forgotten
-slot (L11), and the stream ``:events`` records each claim, takeover and finish. Redis runs a
-script from start to end before anything else, so every decision is one atomic step (C1).
+Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``; the sorted
+sets ``:slots`` and ``:leases`` index them for retention and the overlap rule, ``:floor`` holds
+the newest forgotten slot (L11), and the stream ``:events`` records each claim, takeover and
+finish. Redis runs a script from start to end before anything else, so every decision is one
+atomic step (C1).
 """
 
 from __future__ import annotations
