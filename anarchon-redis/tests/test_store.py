@@ -29,20 +29,22 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.mark.parametrize(
-    ("query", "cls", "lease"),
+    ("query", "cls", "lease", "batch"),
     [
-        ("", RedisLeaseStore, True),
-        ("?strategy=lease", RedisLeaseStore, True),
-        ("?strategy=stream-id", StreamIdStore, False),
-        ("?strategy=idmp&duration_sec=60", IdmpStore, False),
-        ("?strategy=script&window_ms=2m", ScriptStore, False),
+        ("", RedisLeaseStore, True, True),
+        ("?strategy=lease", RedisLeaseStore, True, True),
+        ("?strategy=stream-id", StreamIdStore, False, True),
+        ("?strategy=idmp&duration_sec=60", IdmpStore, False, False),
+        ("?strategy=script&window_ms=2m", ScriptStore, False, True),
     ],
 )
-def test_one_factory_builds_the_class_of_the_strategy(query: str, cls: type, lease: bool) -> None:
+def test_one_factory_builds_the_class_of_the_strategy(
+    query: str, cls: type, lease: bool, batch: bool
+) -> None:
     store = anarchon.create_store("redis://u:secret@127.0.0.1:6379/0" + query)
     assert type(store) is cls and isinstance(store, RedisStore)
     assert isinstance(store, LeaseStore) is lease
-    assert isinstance(store, SupportsClaimMany) is lease
+    assert isinstance(store, SupportsClaimMany) is batch is store.capabilities.batch
     assert store.capabilities.leases is lease and store.capabilities.self_recognition
     assert "secret" not in repr(store) and "***" in repr(store)
 
