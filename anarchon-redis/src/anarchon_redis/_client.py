@@ -19,7 +19,7 @@ from anarchon import AnarchonError, StoreCorrupt, StoreUnavailable, StoreURL
 
 from ._keys import JobKeys
 
-__all__ = ["Script", "check_types", "make_client", "server_now_ms", "translated"]
+__all__ = ["Script", "check_types", "make_client", "reraising", "server_now_ms", "translated"]
 
 T = TypeVar("T")
 
@@ -87,6 +87,35 @@ class Script:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except rex.NoScriptError:
             return await client.eval(self.source, len(keys), *keys, *args)
+
+    async def pipelined(
+        self, client: aioredis.Redis, url: StoreURL, calls: list[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        """One round trip: the script once per (keys, args), pipelined (each call atomic on its
+        own). Replies in order, errors as exception values; the script is loaded and the batch
+        sent again once if the server forgot it."""
+        replies: list[Any] = []
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(self.sha, len(keys), *keys, *args)
+            with translated(url):
+                replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, rex.NoScriptError) for r in replies):
+                with translated(url):
+                    await self.load(client)
+                continue
+            break
+        return replies
+
+
+def reraising(exc: Exception) -> Callable[[], Awaitable[Any]]:
+    """A call that raises `exc`: to pass an error met outside `guarded` through it."""
+
+    async def again() -> Any:
+        raise exc
+
+    return again
 
 
 async def server_now_ms(client: aioredis.Redis) -> int:

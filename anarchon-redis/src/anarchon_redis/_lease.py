@@ -28,7 +28,7 @@ from anarchon import (
 )
 from anarchon._leases import decide_claim, keep_until, late_reason
 
-from ._client import Script, guarded, server_now_ms, translated
+from ._client import Script, guarded, reraising, server_now_ms, translated
 from ._keys import JobKeys
 from ._runs import run_from_value
 from ._store import RedisStore
@@ -87,7 +87,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         except rex.NoScriptError:  # a restart or SCRIPT FLUSH forgot the script: send it whole
             reply = await self._run(keys, args)
         except (rex.RedisError, OSError) as exc:
-            reply = await guarded(self.client, self.url, keys, names, _reraise(exc))
+            reply = await guarded(self.client, self.url, keys, names, reraising(exc))
         return _claim_from_reply(reply, request, keys)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
@@ -96,23 +96,13 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         if not requests:
             return []
         client = self.client
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            for request in requests:
-                keys = self.keys(request.job)
-                pipe.evalsha(LEASE.sha, 5, *keys.lease_keys(), *self._claim_args(request))
-            with translated(self.url):
-                replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, rex.NoScriptError) for r in replies):
-                with translated(self.url):
-                    await LEASE.load(client)
-                continue
-            break
+        calls = [(self.keys(r.job).lease_keys(), self._claim_args(r)) for r in requests]
+        replies = await LEASE.pipelined(client, self.url, calls)
         claims = []
         for request, reply in zip(requests, replies, strict=True):
             keys = self.keys(request.job)
             if isinstance(reply, Exception):
-                await guarded(client, self.url, keys, keys.lease_keys(), _reraise(reply))
+                await guarded(client, self.url, keys, keys.lease_keys(), reraising(reply))
             claims.append(_claim_from_reply(reply, request, keys))
         return claims
 
@@ -181,13 +171,6 @@ class RedisLeaseStore(RedisStore, LeaseStore):
     async def now_ms(self) -> int:
         with translated(self.url):
             return await server_now_ms(self.client)
-
-
-def _reraise(exc: Exception) -> Any:
-    async def again() -> None:
-        raise exc
-
-    return again
 
 
 def _claim_from_reply(reply: Any, request: ClaimRequest, keys: JobKeys) -> Claim:

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-import redis.exceptions as rex
 
 from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt
 
-from ._client import Script, translated
+from ._client import Script
 from ._streams import StreamStore, decided, raise_first_error
 
 __all__ = ["ScriptStore"]
@@ -48,19 +47,8 @@ class ScriptStore(StreamStore):
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """One round trip: the scripts of all requests pipelined, in order (each is atomic on
         its own job's stream); the script is sent whole once if the server forgot it."""
-        client = self.client
-        replies: list[Any] = []
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            for request in requests:
-                pipe.evalsha(WINDOW.sha, 1, self.keys(request.job).claims, *self._args(request))
-            with translated(self.url):
-                replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, rex.NoScriptError) for r in replies):
-                with translated(self.url):
-                    await WINDOW.load(client)
-                continue
-            break
+        calls = [([self.keys(r.job).claims], self._args(r)) for r in requests]
+        replies = await WINDOW.pipelined(self.client, self.url, calls)
         await raise_first_error(self, requests, replies)
         return [self._decide(r, reply) for r, reply in zip(requests, replies, strict=True)]
 

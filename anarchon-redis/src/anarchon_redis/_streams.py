@@ -18,7 +18,7 @@ from anarchon import (
     StoreCorrupt,
 )
 
-from ._client import guarded
+from ._client import guarded, reraising
 from ._keys import JobKeys
 from ._store import RedisStore
 
@@ -57,11 +57,7 @@ async def raise_first_error(
     the claim alone would raise it (a WRONGTYPE names the key)."""
     for request, reply in zip(requests, replies, strict=True):
         if isinstance(reply, Exception):
-
-            async def again(exc: Exception = reply) -> None:
-                raise exc
-
-            await store._guarded(store.keys(request.job), again)
+            await store._guarded(store.keys(request.job), reraising(reply))
 
 
 class StreamStore(RedisStore):
