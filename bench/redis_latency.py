@@ -3,12 +3,17 @@
 Median and p99 of N (default 2,000) sequential calls of each kind, interleaved, all through the
 store's own redis-py client, so the client, the driver and the network are the same:
 
-* ping: ``PING`` (one round trip, no work: the floor);
+* ping: ``PING`` through redis-py's ``client.ping()`` (one round trip, no work: the floor the
+  targets are ratios to, as in ``bench/_targets.py``);
+* lean ping: ``PING`` packed by hand and sent the way the store sends its claims
+  (`anarchon_redis._wire`): how much of a round trip here is redis-py's generic command path;
 * won: a claim of a new slot each time;
 * lost: a claim of a slot another token holds;
 * eval floor (lease): ``EVALSHA`` of a script that only returns a constant claim answer, with
-  the claim's keys and arguments: what any one-script claim costs here before it reads or
-  writes a key.
+  the claim's keys and arguments, sent as the claim is sent: what any one-script claim costs
+  here before it reads or writes a key.
+
+Each line gives the median against both pings.
 
 Strategies: lease, stream-id, script on ``ANARCHON_TEST_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``); idmp on a private Redis 8.6 when ``scripts/redis-servers`` has
@@ -26,12 +31,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from anarchon import ClaimRequest, Overlap
-from anarchon_redis import RedisStore, testing
+from anarchon_redis import RedisStore, _wire, testing
 
 URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-EVAL_FLOOR = (
-    "return 'running 1 1764000030000 running 1764000000000 - ' .. string.rep('a', 32) .. ' x'"
-)
+EVAL_FLOOR = "return 'won 1 1764000060000 running 1764000000000 -'"
+KINDS = ("won", "lost", "eval floor", "lean ping")
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
@@ -54,8 +58,10 @@ async def bench(url: str, strategy: str, n: int) -> None:
         now = await store.now_ms()
         held = ClaimRequest(job="held", slot=now, instance="bench:1:aaaa", overlap=Overlap.ALLOW)
         await store.claim(held)
-        times: dict[str, list[float]] = {"ping": [], "won": [], "lost": [], "eval floor": []}
+        times: dict[str, list[float]] = {kind: [] for kind in ("ping", *KINDS)}
         floor_sha = await client.script_load(EVAL_FLOOR)
+        pool = client.connection_pool
+        lean_ping = _wire.command(["PING"])
         base = now - 1_000
         for i in range(n):
             won = ClaimRequest(  # 50 jobs, each claiming its next slot in turn
@@ -68,20 +74,28 @@ async def bench(url: str, strategy: str, n: int) -> None:
             times["ping"].append(await timed(client.ping))
             times["won"].append(await timed(lambda r=won: store.claim(r)))  # type: ignore[misc]
             times["lost"].append(await timed(lambda r=lost: store.claim(r)))  # type: ignore[misc]
+            times["lean ping"].append(await timed(lambda: _wire.send(pool, [lean_ping])))
             if strategy == "lease":
-                keys = store.keys(won.job).lease_keys()
-                args = store._claim_args(won)
+                call = _wire.evalsha(
+                    floor_sha,
+                    store.keys_per_job,  # type: ignore[attr-defined]
+                    store._wire_keys(won.job),
+                    2,
+                    store._option + _wire.bulk(store._ask(won)),  # type: ignore[attr-defined]
+                )
                 times["eval floor"].append(
-                    await timed(lambda k=keys, a=args: client.evalsha(floor_sha, 5, *k, *a))  # type: ignore[misc]
+                    await timed(lambda c=call: _wire.send(pool, [c]))  # type: ignore[misc]
                 )
         ping_median, ping_p99 = summary(times["ping"])
-        for kind in ("won", "lost", "eval floor"):
+        lean_median, _ = summary(times["lean ping"])
+        for kind in KINDS:
             if not times[kind]:
                 continue
             median, p99 = summary(times[kind])
             print(
-                f"{strategy:9} {kind:4}  median {median:7.1f} us ({median / ping_median:4.2f}x "
-                f"PING {ping_median:.1f})   p99 {p99:7.1f} us ({p99 / ping_p99:4.2f}x)"
+                f"{strategy:9} {kind:10} median {median:6.1f} us = {median / ping_median:4.2f}x "
+                f"PING {ping_median:.1f}, {median / lean_median:4.2f}x lean PING "
+                f"{lean_median:.1f}   p99 {p99:7.1f} us ({p99 / ping_p99:4.2f}x)"
             )
     finally:
         await testing.delete_prefix(store.client, prefix)

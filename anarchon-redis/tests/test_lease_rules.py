@@ -246,7 +246,7 @@ async def test_malformed_run_is_store_corrupt_naming_the_key(env: Env) -> None:
     await env.raw.hset(keys.runs, str(slot), '{"status": "bogus", "attempt": 1}')
     with pytest.raises(StoreCorrupt, match="status"):
         await store.renew("job", slot, "a" * 32, 1000)
-    await env.raw.set(keys.floor, "yesterday")
+    await env.raw.hset(keys.runs, "floor", "yesterday")
     with pytest.raises(StoreCorrupt, match="floor"):
         await store.claim(env.request("job", slot + 1000))
 

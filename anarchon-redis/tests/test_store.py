@@ -34,7 +34,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
         ("", RedisLeaseStore, True, True),
         ("?strategy=lease", RedisLeaseStore, True, True),
         ("?strategy=stream-id", StreamIdStore, False, True),
-        ("?strategy=idmp&duration_sec=60", IdmpStore, False, False),
+        ("?strategy=idmp&duration_sec=60", IdmpStore, False, True),
         ("?strategy=script&window_ms=2m", ScriptStore, False, True),
     ],
 )

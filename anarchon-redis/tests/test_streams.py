@@ -225,29 +225,6 @@ async def test_claim_many_answers_as_claims_one_by_one(
         assert [(r.slot, r.token) for r in history] == [(slot, request.token)]
 
 
-@pytest.mark.parametrize(("server", "strategy"), BATCHED)
-async def test_claim_many_wrongtype_key_names_it(
-    env_on: EnvFactory, server: str, strategy: str
-) -> None:
-    env = await env_on(server)
-    store = await env.store(strategy)
-    assert isinstance(store, SupportsClaimMany)
-    await env.raw.set(JobKeys(env.prefix, "bad").claims, "not a stream")
-    slot = await env.slot()
-    batch = [env.request("good", slot), env.request("bad", slot)]
-    with pytest.raises(StoreCorrupt, match=r"key \{t[0-9a-f]+:bad\}:claims .* is a string"):
-        await store.claim_many(batch)
-
-
-async def test_script_claim_many_sends_the_script_again_after_a_flush(env: Env) -> None:
-    store = await env.store("script")
-    assert isinstance(store, SupportsClaimMany)
-    await env.raw.script_flush()
-    slot = await env.slot()
-    claims = await store.claim_many([env.request("a", slot), env.request("b", slot)])
-    assert all(c.won for c in claims)
-
-
 async def test_stream_id_claim_many_slot_zero_is_late(env: Env) -> None:
     store = await env.store("stream-id")
     assert isinstance(store, SupportsClaimMany)

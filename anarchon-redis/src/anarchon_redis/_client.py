@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
 from typing import Any, TypeVar
@@ -17,6 +17,7 @@ from redis.backoff import NoBackoff
 
 from anarchon import AnarchonError, StoreCorrupt, StoreUnavailable, StoreURL
 
+from . import _wire as wire
 from ._keys import JobKeys
 
 __all__ = ["Script", "check_types", "make_client", "reraising", "server_now_ms", "translated"]
@@ -72,11 +73,12 @@ def _script_source(name: str) -> str:
 
 class Script:
     """A Lua script from ``_scripts/``: loaded once at `open`, run with EVALSHA, sent whole again
-    when the server answers NOSCRIPT (a restart or SCRIPT FLUSH forgot it)."""
+    when the server answers NOSCRIPT (a restart or SCRIPT FLUSH forgot it). A claim script
+    (`claims`) gets ``batch.lua`` in front: what the claim scripts share."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, claims: bool = False) -> None:
         self.name = name
-        self.source = _script_source(name)
+        self.source = (_script_source("batch.lua") if claims else "") + _script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # Redis names scripts by SHA1
 
     async def load(self, client: aioredis.Redis) -> None:
@@ -88,24 +90,24 @@ class Script:
         except rex.NoScriptError:
             return await client.eval(self.source, len(keys), *keys, *args)
 
-    async def pipelined(
-        self, client: aioredis.Redis, url: StoreURL, calls: list[tuple[list[str], list[Any]]]
-    ) -> list[Any]:
-        """One round trip: the script once per (keys, args), pipelined (each call atomic on its
-        own). Replies in order, errors as exception values; the script is loaded and the batch
-        sent again once if the server forgot it."""
-        replies: list[Any] = []
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            for keys, args in calls:
-                pipe.evalsha(self.sha, len(keys), *keys, *args)
-            with translated(url):
-                replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, rex.NoScriptError) for r in replies):
-                with translated(url):
-                    await self.load(client)
-                continue
-            break
+    async def send(self, client: aioredis.Redis, commands: Iterable[bytes]) -> list[Any]:
+        """Calls of this script packed by hand (`_wire`), sent on one connection in order; their
+        replies, an error reply as its exception. Calls answered NOSCRIPT (a restart or SCRIPT
+        FLUSH forgot the script) are sent again once it is loaded."""
+        sent: list[bytes] = []
+
+        def kept() -> Iterator[bytes]:
+            for packed in commands:
+                sent.append(packed)
+                yield packed
+
+        replies = await wire.send(client.connection_pool, kept())
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, rex.NoScriptError)]
+        if missing:
+            await self.load(client)
+            again = await wire.send(client.connection_pool, [sent[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
         return replies
 
 

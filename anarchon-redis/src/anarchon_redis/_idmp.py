@@ -1,10 +1,11 @@
 """``strategy=idmp``: ``XADD {prefix:job}:claims IDMP <job> <slot> * ...`` (Redis 8.6+).
 
 Redis keeps the first entry of an idempotency key (producer = the job, so every instance acts as
-one producer; id = the slot) and answers a repeat with that entry's ID and no flag. The XADD and
-a read of the stream's top entry go in one MULTI/EXEC, so the usual answer takes one round trip:
-the entry is mine (`won`, also for my resent claim, C2) or another token's (`lost`); when the
-original entry is not the top one, it is read with ``XRANGE id id``, and a trimmed one is `lost`.
+one producer; id = the slot) and answers a repeat with that entry's ID and no flag. So the XADD
+and the read-back of the entry Redis answers (``XRANGE id id``) run in one small script
+(``_scripts/idmp.lua``, one round trip): the entry is mine (`won`, also for my resent claim, C2)
+or another token's (`lost`); a trimmed one is `lost`. `claim_many` runs the same script for up
+to `BATCH` jobs per call.
 
 The XADD never creates the stream (``NOMKSTREAM``): a stream that vanished is configured again
 first. Each job's stream gets ``IDMP-DURATION``/``IDMP-MAXSIZE`` once (``_scripts/idmp_config.lua``): a
@@ -14,19 +15,33 @@ wipe the remembered claims.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+import redis.exceptions as rex
 
-from anarchon import Claim, ClaimRequest, ConfigError, Outcome, StoreUnavailable
+from anarchon import (
+    Claim,
+    ClaimRequest,
+    ConfigError,
+    Outcome,
+    StoreCorrupt,
+    StoreOptions,
+    StoreUnavailable,
+    StoreURL,
+)
 
+from . import _wire as wire
 from ._client import Script
 from ._keys import JobKeys
-from ._streams import StreamStore, decided, parse_entry
+from ._streams import StreamStore, decided, found
+from ._wire import bulk
 
 __all__ = ["IdmpStore"]
 
 CONFIG = Script("idmp_config.lua")
+IDMP = Script("idmp.lua", claims=True)
 
 
 class IdmpStore(StreamStore):
@@ -34,9 +49,13 @@ class IdmpStore(StreamStore):
 
     strategy = "idmp"
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
         self._configured: set[str] = set()
+        self._option = bulk(f"claim {self.options.stream_maxlen}")
+
+    def _ask(self, request: ClaimRequest) -> str:
+        return f"{request.job} {request.slot} {request.token} {request.instance}"
 
     @property
     def remembers_ms(self) -> int | None:
@@ -52,14 +71,11 @@ class IdmpStore(StreamStore):
                 f"{name} {version}: use strategy=script, which works on every Redis and Valkey"
             )
         await CONFIG.load(client)
+        await IDMP.load(client)
 
-    async def _configure(self, keys: JobKeys) -> None:
-        client = self.client
+    def _check_settings(self, keys: JobKeys, current: Any) -> None:
+        """`current` is the configuration script's answer: the stream's settings in force."""
         wanted = f"{self.options.idmp_duration_sec} {self.options.idmp_maxsize}"
-        args = [self.options.idmp_duration_sec, self.options.idmp_maxsize]
-        current = await self._guarded(
-            keys, lambda: CONFIG(client, [keys.claims, keys.idmp_config], args)
-        )
         if current != wanted:
             duration, _, maxsize = str(current).partition(" ")
             raise ConfigError(
@@ -71,57 +87,68 @@ class IdmpStore(StreamStore):
             )
         self._configured.add(keys.job)
 
+    async def _configure_many(self, jobs: Sequence[str]) -> None:
+        """Give the streams of `jobs` their IDMP settings once (``idmp_config.lua``, one call per
+        job, all sent on one connection), or refuse settings another instance chose."""
+        args = bulk(str(self.options.idmp_duration_sec)) + bulk(str(self.options.idmp_maxsize))
+        calls = []
+        for job in jobs:
+            keys = self.keys(job)
+            packed = bulk(keys.claims) + bulk(keys.idmp_config)
+            calls.append(wire.evalsha(CONFIG.sha, 2, packed, 2, args))
+        try:
+            replies = await CONFIG.send(self.client, calls)
+        except (rex.RedisError, OSError) as exc:
+            await self._refuse(jobs[0], exc)
+        for job, reply in zip(jobs, replies, strict=True):
+            if isinstance(reply, Exception):
+                await self._refuse(job, reply)
+            self._check_settings(self.keys(job), reply)
+
     async def claim(self, request: ClaimRequest) -> Claim:
-        keys = self.keys(request.job)
-        if request.job not in self._configured:
-            await self._configure(keys)
-        client = self.client
+        (claim,) = await self.claim_many([request])
+        return claim
 
-        async def add() -> Any:
-            pipe = client.pipeline(transaction=True)
-            pipe.execute_command(
-                "XADD",
-                keys.claims,
-                "NOMKSTREAM",
-                "IDMP",
-                request.job,
-                request.slot,
-                "MAXLEN",
-                "=",
-                self.options.stream_maxlen,
-                "*",
-                "slot",
-                request.slot,
-                "token",
-                request.token,
-                "holder",
-                request.instance,
-            )
-            pipe.xrevrange(keys.claims, count=1)
-            entry_id, top = await pipe.execute()
-            if entry_id is None:
-                return None
-            if top and top[0][0] == entry_id:
-                return top
-            return await client.xrange(keys.claims, entry_id, entry_id)
-
-        found = await self._guarded(keys, add)
-        if found is None:
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """The claim script (see the module's doc) for up to `BATCH` jobs per call, after
+        configuring the streams of jobs this store has not configured yet."""
+        if not requests:
+            return []
+        new = [*dict.fromkeys(r.job for r in requests if r.job not in self._configured)]
+        if new:
+            await self._configure_many(new)
+        answers = await self._answers(IDMP, self._option, requests)
+        gone = [i for i, answer in enumerate(answers) if answer == "gone"]
+        if gone:
             # NOMKSTREAM: the stream is gone (deleted, or a flush), and a stream XADD created would
             # have Redis' default IDMP settings: configure it again, then claim.
-            self._configured.discard(request.job)
-            await self._configure(keys)
-            found = await self._guarded(keys, add)
-            if found is None:
-                raise StoreUnavailable(f"Redis stream {keys.claims} vanished twice during a claim")
-        if not found:
-            return Claim(
-                outcome=Outcome.LOST,
-                attempt=1,
-                reason="the slot was claimed and its entry trimmed from the stream",
-            )
-        _, _, token, holder = parse_entry(found[0], keys.claims)
-        return decided(token == request.token, token, holder)
+            again = [requests[i] for i in gone]
+            self._configured.difference_update(r.job for r in again)
+            await self._configure_many([*dict.fromkeys(r.job for r in again)])
+            for i, answer in zip(gone, await self._answers(IDMP, self._option, again), strict=True):
+                if answer == "gone":
+                    raise StoreUnavailable(
+                        f"Redis stream {self.keys(requests[i].job).claims} vanished twice during "
+                        "a claim"
+                    )
+                answers[i] = answer
+        return [_decide(r, a) for r, a in zip(requests, answers, strict=True)]
+
+
+def _decide(request: ClaimRequest, answer: str) -> Claim:
+    """The claim script's answer ``<state>[ <token> <holder>]`` as a `Claim`."""
+    state, _, rest = answer.partition(" ")
+    if state == "mine":
+        return decided(True, request.token, request.instance)
+    if state == "found":
+        return found(rest)
+    if state == "trimmed":
+        return Claim(
+            outcome=Outcome.LOST,
+            attempt=1,
+            reason="the slot was claimed and its entry trimmed from the stream",
+        )
+    raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
 
 
 async def _has_xcfgset(client: aioredis.Redis) -> bool:

@@ -21,7 +21,8 @@ class JobKeys:
 
     @property
     def runs(self) -> str:
-        """lease: hash, slot -> the run as JSON."""
+        """lease: hash, slot -> the run as one line; and the fields ``floor`` (the newest slot
+        ever forgotten, L11) and ``n`` (how many runs the job has)."""
         return f"{self.tag}:runs"
 
     @property
@@ -33,11 +34,6 @@ class JobKeys:
     def leases(self) -> str:
         """lease: sorted set of running slots (score = lease end), for the overlap rule."""
         return f"{self.tag}:leases"
-
-    @property
-    def floor(self) -> str:
-        """lease: string, the newest slot ever forgotten (L11)."""
-        return f"{self.tag}:floor"
 
     @property
     def events(self) -> str:
@@ -55,8 +51,9 @@ class JobKeys:
         return f"{self.tag}:idmp-config"
 
     def lease_keys(self) -> list[str]:
+        """The keys the lease script takes for one job, in its order."""
         tag = self.tag
-        return [f"{tag}:runs", f"{tag}:slots", f"{tag}:leases", f"{tag}:floor", f"{tag}:events"]
+        return [f"{tag}:runs", f"{tag}:slots", f"{tag}:leases", f"{tag}:events"]
 
     def expected_types(self) -> dict[str, str]:
         """Every key of the job with the Redis type anarchon gives it."""
@@ -64,7 +61,6 @@ class JobKeys:
             self.runs: "hash",
             self.slots: "zset",
             self.leases: "zset",
-            self.floor: "string",
             self.events: "stream",
             self.claims: "stream",
             self.idmp_config: "string",

@@ -1,19 +1,23 @@
 """``strategy=lease``: L1-L11 in one Lua script (``_scripts/lease.lua``) on Redis TIME.
 
-Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``; the sorted
-sets ``:slots`` and ``:leases`` index them for retention and the overlap rule, ``:floor`` holds
-the newest forgotten slot (L11), and the stream ``:events`` records each claim, takeover and
-finish. Redis runs a script from start to end before anything else, so every decision is one
-atomic step (C1).
+Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``, which also
+holds the job's floor (the newest forgotten slot, L11), its number of runs and its live leases
+(for the overlap rule); the sorted set ``:slots`` orders the runs for history and retention, and
+the stream ``:events`` records each claim, takeover and finish. Redis runs a script from start to
+end before anything else, so every decision is one atomic step (C1).
+
+A claim is one EVALSHA packed by hand (`_wire`); `claim_many` sends the same script with up to
+`BATCH` jobs per call, so the decisions of a batch are those of single claims, made by the same
+code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import redis.asyncio as aioredis
-import redis.exceptions as rex
 
 from anarchon import (
     Capabilities,
@@ -25,23 +29,34 @@ from anarchon import (
     RunRecord,
     RunStatus,
     StoreCorrupt,
+    StoreOptions,
+    StoreURL,
 )
 from anarchon._leases import decide_claim, keep_until, late_reason
 
-from ._client import Script, guarded, reraising, server_now_ms, translated
+from ._client import Script, guarded, server_now_ms, translated
 from ._keys import JobKeys
 from ._runs import run_from_value
 from ._store import RedisStore
+from ._wire import bulk
 
 __all__ = ["RedisLeaseStore"]
 
-LEASE = Script("lease.lua")
+LEASE = Script("lease.lua", claims=True)
+
+_OVERLAP = "another run of this job holds a live lease and overlap is 'skip'"
 
 
 class RedisLeaseStore(RedisStore, LeaseStore):
     """Lease store in Redis: claims, renew, finish and release are one script each call."""
 
     strategy = "lease"
+    keys_per_job = 4
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
+        self._option = bulk(f"claim {self.options.history_limit}")
+        self._margin = self.options.retention_margin_ms
 
     @property
     def capabilities(self) -> Capabilities:
@@ -59,52 +74,28 @@ class RedisLeaseStore(RedisStore, LeaseStore):
     async def _prepare(self, client: aioredis.Redis) -> None:
         await LEASE.load(client)
 
-    def _claim_args(self, request: ClaimRequest) -> list[Any]:
-        skip = 1 if request.overlap is Overlap.SKIP else 0
-        packed = (
-            f"{request.slot} {request.token} {request.lease_ms} {request.max_late_ms} {skip} "
-            f"{request.attempts} {keep_until(request, self.options.retention_margin_ms)} "
-            f"{self.options.history_limit}"
-        )
-        return ["claim", packed, request.instance]
+    def _script_keys(self, keys: JobKeys) -> list[str]:
+        return keys.lease_keys()
 
-    async def _run(self, keys: JobKeys, args: list[Any]) -> Any:
-        client = self.client
-        return await guarded(
-            client,
-            self.url,
-            keys,
-            keys.lease_keys(),
-            lambda: LEASE(client, keys.lease_keys(), args),
+    def _ask(self, request: ClaimRequest) -> str:
+        r = request
+        skip = 1 if r.overlap is Overlap.SKIP else 0
+        return (
+            f"{r.slot} {r.token} {r.lease_ms} {r.max_late_ms} {skip} {r.attempts} "
+            f"{keep_until(r, self._margin)} {r.instance}"
         )
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        keys = self.keys(request.job)
-        names = keys.lease_keys()
-        args = self._claim_args(request)
-        try:  # the usual case first, with nothing around it: this is the hot path
-            reply = await self.client.evalsha(LEASE.sha, 5, *names, *args)
-        except rex.NoScriptError:  # a restart or SCRIPT FLUSH forgot the script: send it whole
-            reply = await self._run(keys, args)
-        except (rex.RedisError, OSError) as exc:
-            reply = await guarded(self.client, self.url, keys, names, reraising(exc))
-        return _claim_from_reply(reply, request, keys)
+        (answer,) = await self._answers(LEASE, self._option, [request])
+        return _claim_from_answer(answer, request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """One round trip: the claim scripts of all requests, pipelined (each job's keys stay in
-        their own hash slot; each script is atomic on its own)."""
+        """The claim script with up to `BATCH` jobs per call (see `RedisStore._answers`); every
+        job gets the answer its single claim would get."""
         if not requests:
             return []
-        client = self.client
-        calls = [(self.keys(r.job).lease_keys(), self._claim_args(r)) for r in requests]
-        replies = await LEASE.pipelined(client, self.url, calls)
-        claims = []
-        for request, reply in zip(requests, replies, strict=True):
-            keys = self.keys(request.job)
-            if isinstance(reply, Exception):
-                await guarded(client, self.url, keys, keys.lease_keys(), reraising(reply))
-            claims.append(_claim_from_reply(reply, request, keys))
-        return claims
+        answers = await self._answers(LEASE, self._option, requests)
+        return [_claim_from_answer(a, r) for r, a in zip(requests, answers, strict=True)]
 
     async def check(self, request: ClaimRequest) -> Claim:
         """L10: one plain read (HGET and TIME, pipelined, no script); the claim script only when
@@ -127,7 +118,10 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         return await self.claim(request)
 
     async def _update(self, job: str, args: list[Any]) -> bool:
-        reply = await self._run(self.keys(job), args)
+        keys = self.keys(job)
+        client = self.client
+        names = keys.lease_keys()
+        reply = await guarded(client, self.url, keys, names, lambda: LEASE(client, names, args))
         return bool(reply == 1)
 
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
@@ -173,44 +167,55 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             return await server_now_ms(self.client)
 
 
-def _claim_from_reply(reply: Any, request: ClaimRequest, keys: JobKeys) -> Claim:
-    """The script's one-string answer (see ``lease.lua``) as a `Claim`."""
+def _claim_from_answer(answer: str, request: ClaimRequest) -> Claim:
+    """One job's answer from the claim script (see ``lease.lua``) as a `Claim`."""
+    parts = answer.split(" ", 7)
+    outcome = parts[0]
+    if len(parts) == 6:  # the run is the caller's own, or there is none
+        token, holder = request.token, request.instance
+    elif len(parts) == 8:
+        token, holder = parts[6], parts[7]
+        if "%" in holder:
+            holder = unquote(holder)
+    else:
+        raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
     try:
-        outcome, attempt_s, lease_s, status, now_s, floor_s, token, holder = reply.split(" ", 7)
-        attempt, now = int(attempt_s), int(now_s)
-        lease = None if lease_s == "-" else int(lease_s)
-        floor = None if floor_s == "-" else int(floor_s)
-    except (TypeError, ValueError, AttributeError):
+        if outcome == "won":
+            return Claim(
+                outcome=Outcome.WON,
+                attempt=int(parts[1]),
+                token=token,
+                holder=holder,
+                lease_until=int(parts[2]),
+            )
+        if outcome == "late":
+            floor = None if parts[5] == "-" else int(parts[5])
+            return Claim(
+                outcome=Outcome.LATE,
+                reason=late_reason(request, int(parts[4]), floor) or "late",
+            )
+        if outcome == "overlap":
+            return Claim(outcome=Outcome.OVERLAP, reason=_OVERLAP)
+        attempt, lease = int(parts[1]), int(parts[2])
+    except ValueError:
         raise StoreCorrupt(
-            f"Redis answered {reply!r} to the claim script for {keys.runs}"
+            f"Redis answered {answer!r} to the claim script for job {request.job!r}"
         ) from None
-    if outcome == "won":
-        return Claim(
-            outcome=Outcome.WON, attempt=attempt, token=token, holder=holder, lease_until=lease
-        )
     if outcome == "running":
         return Claim(
             outcome=Outcome.RUNNING, attempt=attempt, token=token, holder=holder, lease_until=lease
         )
-    if outcome == "late":
-        return Claim(outcome=Outcome.LATE, reason=late_reason(request, now, floor) or "late")
-    if outcome == "overlap":
-        return Claim(
-            outcome=Outcome.OVERLAP,
-            reason="another run of this job holds a live lease and overlap is 'skip'",
-        )
     if outcome in ("done", "interrupted"):
-        reason = (
-            f"run {status}"
-            if outcome == "done"
-            else "run interrupted: the last attempt's lease ran out"
-        )
         return Claim(
             outcome=Outcome.DONE,
             attempt=attempt,
             token=token,
             holder=holder,
             lease_until=lease,
-            reason=reason,
+            reason=f"run {parts[3]}"
+            if outcome == "done"
+            else "run interrupted: the last attempt's lease ran out",
         )
-    raise StoreCorrupt(f"Redis answered outcome {outcome!r} to the claim script for {keys.runs}")
+    raise StoreCorrupt(
+        f"Redis answered outcome {outcome!r} to the claim script for {request.job!r}"
+    )

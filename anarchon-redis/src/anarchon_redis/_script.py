@@ -1,30 +1,34 @@
 """``strategy=script``: a Lua script (``_scripts/window.lua``) scans the job's claim stream for
 the slot among the entries of the last `window_ms` (by Redis TIME), appends the claim if there is
-none, and answers the token that holds the slot. Like idmp, on servers without it (Valkey, Redis
-before 8.6). A slot older than the window is `late`: the store no longer knows (T3)."""
+none, and answers who holds the slot. Like idmp, on servers without it (Valkey, Redis before
+8.6). A slot older than the window is `late`: the store no longer knows (T3). `claim_many` runs
+the same script for up to `BATCH` jobs per call."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis.asyncio as aioredis
 
-from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt
+from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, StoreURL
 
 from ._client import Script
-from ._streams import StreamStore, decided, raise_first_error
+from ._streams import StreamStore, decided, found
+from ._wire import bulk
 
 __all__ = ["ScriptStore"]
 
-WINDOW = Script("window.lua")
+WINDOW = Script("window.lua", claims=True)
 
 
 class ScriptStore(StreamStore):
     """No-lease store: a windowed scan and append in one script."""
 
     strategy = "script"
-    batch = True
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
+        self._option = bulk(f"claim {self.options.script_window_ms}")
 
     @property
     def remembers_ms(self) -> int | None:
@@ -33,43 +37,43 @@ class ScriptStore(StreamStore):
     async def _prepare(self, client: aioredis.Redis) -> None:
         await WINDOW.load(client)
 
-    def _args(self, request: ClaimRequest) -> list[Any]:
-        window = self.options.script_window_ms
-        return [request.slot, request.token, request.instance, window, request.max_late_ms]
+    def _ask(self, request: ClaimRequest) -> str:
+        return f"{request.slot} {request.token} {request.max_late_ms} {request.instance}"
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        keys = self.keys(request.job)
-        client = self.client
-        args = self._args(request)
-        reply = await self._guarded(keys, lambda: WINDOW(client, [keys.claims], args))
-        return self._decide(request, reply)
+        (answer,) = await self._answers(WINDOW, self._option, [request])
+        return self._decide(request, answer)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """One round trip: the scripts of all requests pipelined, in order (each is atomic on
-        its own job's stream); the script is sent whole once if the server forgot it."""
-        calls = [([self.keys(r.job).claims], self._args(r)) for r in requests]
-        replies = await WINDOW.pipelined(self.client, self.url, calls)
-        await raise_first_error(self, requests, replies)
-        return [self._decide(r, reply) for r, reply in zip(requests, replies, strict=True)]
+        if not requests:
+            return []
+        answers = await self._answers(WINDOW, self._option, requests)
+        return [self._decide(r, a) for r, a in zip(requests, answers, strict=True)]
 
-    def _decide(self, request: ClaimRequest, reply: Any) -> Claim:
-        keys = self.keys(request.job)
-        window = self.options.script_window_ms
+    def _decide(self, request: ClaimRequest, answer: str) -> Claim:
+        """The script's answer ``<state> <now>[ <token> <holder>]`` as a `Claim`."""
+        state, now_s, rest = (*answer.split(" ", 2), "")[:3]
+        if state in ("added", "mine"):
+            return decided(True, request.token, request.instance)
+        if state == "found":
+            return found(rest)
         try:
-            state, token, holder, _, now = reply
-            age = int(now) - request.slot
-        except (TypeError, ValueError):
+            age = int(now_s) - request.slot
+        except ValueError:
+            age = None
+        if age is None or state not in ("forgotten", "late"):
             raise StoreCorrupt(
-                f"Redis answered {reply!r} to the claim script for {keys.claims}"
-            ) from None
+                f"Redis answered {answer!r} to the claim script for job {request.job!r}"
+            )
         if state == "forgotten":
             return Claim(
                 outcome=Outcome.LATE,
-                reason=f"forgotten: slot is {age} ms old, older than window_ms={window}",
+                reason=(
+                    f"forgotten: slot is {age} ms old, older than "
+                    f"window_ms={self.options.script_window_ms}"
+                ),
             )
-        if state == "late":
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms",
-            )
-        return decided(token == request.token, token, holder)
+        return Claim(
+            outcome=Outcome.LATE,
+            reason=f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms",
+        )

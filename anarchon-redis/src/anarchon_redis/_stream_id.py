@@ -3,9 +3,12 @@
 Redis refuses an entry ID at or below the stream's top item. The refusal does not say whose the
 slot is, so it is followed by ``XRANGE <slot>-0 <slot>-0``: my token is `won` (a resent claim,
 C2), another token `lost`, no entry `late` (a newer slot was claimed first, or the entry was
-trimmed). The winner pays one round trip, the others two (pipelining both commands measured
-slower for the winner with redis-py). Old slots can never be won again, trimmed or not: the
-stream's top ID is the floor.
+trimmed). The winner pays one round trip, the others two. Old slots can never be won again,
+trimmed or not: the stream's top ID is the floor.
+
+`claim_many` is the one place with a script (``_scripts/stream_id.lua``): the same XADD, and the
+same read-back of a refused one, for up to `BATCH` jobs per call, so a batch of many jobs costs
+one round trip and its answers are those of claiming one by one.
 """
 
 from __future__ import annotations
@@ -13,103 +16,111 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from anarchon import Claim, ClaimRequest, Outcome
+from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, StoreURL
 
-from ._client import translated
-from ._streams import StreamStore, decided, parse_entry, raise_first_error
+from . import _wire as wire
+from ._client import Script
+from ._streams import StreamStore, decided, found, parse_entry
+from ._wire import bulk
 
 __all__ = ["StreamIdStore"]
 
 REFUSED = "equal or smaller than the target stream top item"
+STREAM_ID = Script("stream_id.lua", claims=True)
 
 
 class StreamIdStore(StreamStore):
     """No-lease store: the slot is the stream entry ID."""
 
     strategy = "stream-id"
-    batch = True
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
+        maxlen = self.options.stream_maxlen
+        self._trim = f"$6\r\nMAXLEN\r\n$1\r\n=\r\n{bulk(str(maxlen))}"
+        self._option = bulk(f"claim {maxlen}")
 
     @property
     def remembers_ms(self) -> int | None:
         return None
 
-    def _add(self, client: Any, request: ClaimRequest) -> Any:
-        """The claim's XADD on `client` (a connection or a pipeline)."""
-        return client.xadd(
-            self.keys(request.job).claims,
-            {"slot": request.slot, "token": request.token, "holder": request.instance},
-            id=f"{request.slot}-0",
-            maxlen=self.options.stream_maxlen,
-            approximate=False,
-        )
+    async def _prepare(self, client: aioredis.Redis) -> None:
+        await STREAM_ID.load(client)
+
+    def _ask(self, request: ClaimRequest) -> str:
+        return f"{request.slot} {request.token} {request.instance}"
+
+    def _xadd(self, request: ClaimRequest) -> bytes:
+        """``XADD <claims> MAXLEN = <maxlen> <slot>-0 slot <slot> token <token> holder <me>``."""
+        slot = str(request.slot)
+        return (
+            f"*12\r\n$4\r\nXADD\r\n{self._wire_keys(request.job)}{self._trim}{bulk(slot + '-0')}"
+            f"$4\r\nslot\r\n{bulk(slot)}$5\r\ntoken\r\n{bulk(request.token)}"
+            f"$6\r\nholder\r\n{bulk(request.instance)}"
+        ).encode()
 
     async def claim(self, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
-        keys = self.keys(request.job)
-        client = self.client
-        entry_id = f"{request.slot}-0"
-
-        async def add() -> Any:
-            try:
-                await self._add(client, request)
-            except rex.ResponseError as exc:
-                if REFUSED not in str(exc):
-                    raise
-                return await client.xrange(keys.claims, entry_id, entry_id)
-            return None
-
-        return self._decide(request, await self._guarded(keys, add))
+        pool = self.client.connection_pool
+        try:
+            (added,) = await wire.send(pool, [self._xadd(request)])
+            if not isinstance(added, Exception):
+                return decided(True, request.token, request.instance)
+            if REFUSED not in str(added):
+                raise added
+            entry_id = f"{request.slot}-0"
+            key = self.keys(request.job).claims
+            (entries,) = await wire.send(pool, [wire.command(["XRANGE", key, entry_id, entry_id])])
+            if isinstance(entries, Exception):
+                raise entries
+        except (rex.RedisError, OSError) as exc:
+            await self._refuse(request.job, exc)
+        if not entries:
+            return _late(request)
+        entry = _entry(entries[0])
+        _, _, token, holder = parse_entry(entry, key)
+        return decided(token == request.token, token, holder)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """Two round trips at most: every XADD pipelined, then one XRANGE per refused XADD
-        (pipelined too), in request order, so the answers are those of claiming one by one."""
+        """The same XADDs and read-backs as `claim`, made by one script for up to `BATCH` jobs
+        per call (see the module's doc), in request order."""
         batch = [r for r in requests if r.slot > 0]
-        client = self.client
-        pipe = client.pipeline(transaction=False)
-        for request in batch:
-            self._add(pipe, request)
-        with translated(self.url):
-            added = await pipe.execute(raise_on_error=False)
-        refused = [
-            i
-            for i, reply in enumerate(added)
-            if isinstance(reply, rex.ResponseError) and REFUSED in str(reply)
-        ]
-        await raise_first_error(
-            self, batch, [None if i in refused else reply for i, reply in enumerate(added)]
-        )
-        found: dict[int, Any] = {}
-        if refused:
-            pipe = client.pipeline(transaction=False)
-            for i in refused:
-                entry_id = f"{batch[i].slot}-0"
-                pipe.xrange(self.keys(batch[i].job).claims, entry_id, entry_id)
-            with translated(self.url):
-                read = await pipe.execute(raise_on_error=False)
-            await raise_first_error(self, [batch[i] for i in refused], read)
-            found = dict(zip(refused, read, strict=True))
-        answers = iter(self._decide(r, found.get(i)) for i, r in enumerate(batch))
-        return [next(answers) if r.slot > 0 else _slot_zero() for r in requests]
+        answers = iter(await self._answers(STREAM_ID, self._option, batch) if batch else [])
+        return [self._decide(r, next(answers)) if r.slot > 0 else _slot_zero() for r in requests]
 
-    def _decide(self, request: ClaimRequest, found: Any) -> Claim:
-        """The claim's answer: `found` is None when the XADD was accepted, else what XRANGE
-        read at the slot's entry ID."""
-        keys = self.keys(request.job)
-        if found is None:
+    def _decide(self, request: ClaimRequest, answer: str) -> Claim:
+        """The batch script's answer ``<state>[ <token> <holder>]`` as a `Claim`."""
+        state, _, rest = answer.partition(" ")
+        if state in ("added", "mine"):
             return decided(True, request.token, request.instance)
-        if not found:
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=(
-                    f"late: a newer slot of job {request.job!r} was claimed first, or this slot's "
-                    "entry was trimmed; stream-id never claims a slot below the stream's top"
-                ),
-            )
-        _, _, token, holder = parse_entry(found[0], keys.claims)
-        return decided(token == request.token, token, holder)
+        if state == "found":
+            return found(rest)
+        if state == "late":
+            return _late(request)
+        raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
+
+
+def _entry(raw: Any) -> Any:
+    """A stream entry as redis-py's ``xrange`` gives it: (id, {field: value})."""
+    try:
+        entry_id, flat = raw
+        return entry_id, dict(zip(flat[::2], flat[1::2], strict=True))
+    except (TypeError, ValueError):
+        return raw  # parse_entry names the key
+
+
+def _late(request: ClaimRequest) -> Claim:
+    return Claim(
+        outcome=Outcome.LATE,
+        reason=(
+            f"late: a newer slot of job {request.job!r} was claimed first, or this slot's "
+            "entry was trimmed; stream-id never claims a slot below the stream's top"
+        ),
+    )
 
 
 def _slot_zero() -> Claim:

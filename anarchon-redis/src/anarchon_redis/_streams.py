@@ -5,24 +5,23 @@ entries carry the fields ``slot``, ``token`` and ``holder``, the outcomes won / 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from anarchon import (
     Capabilities,
     Claim,
-    ClaimRequest,
     Outcome,
     RunRecord,
     RunStatus,
     StoreCorrupt,
 )
 
-from ._client import guarded, reraising
+from ._client import guarded
 from ._keys import JobKeys
 from ._store import RedisStore
 
-__all__ = ["Entry", "StreamStore", "parse_entry", "raise_first_error"]
+__all__ = ["Entry", "StreamStore", "decided", "found", "parse_entry"]
 
 Entry = tuple[str, dict[str, str]]
 
@@ -50,14 +49,11 @@ def decided(mine: bool, token: str, holder: str) -> Claim:
     return Claim(outcome=Outcome.LOST, attempt=1, token=token, holder=holder)
 
 
-async def raise_first_error(
-    store: StreamStore, requests: Sequence[ClaimRequest], replies: Sequence[Any]
-) -> None:
-    """After a pipeline: the first error among `replies` (one per request, in order), raised as
-    the claim alone would raise it (a WRONGTYPE names the key)."""
-    for request, reply in zip(requests, replies, strict=True):
-        if isinstance(reply, Exception):
-            await store._guarded(store.keys(request.job), reraising(reply))
+def found(rest: str) -> Claim:
+    """`lost`, from the ``<token> <holder>`` that ends a claim script's answer ``found``
+    (another token holds the slot; ``batch.lua`` escapes the holder)."""
+    token, _, holder = rest.partition(" ")
+    return decided(False, token, unquote(holder) if "%" in holder else holder)
 
 
 class StreamStore(RedisStore):
@@ -68,8 +64,8 @@ class StreamStore(RedisStore):
     def remembers_ms(self) -> int | None:
         """T3: how long a claim stays known after its slot."""
 
-    batch = False
-    """The strategy has a pipelined `claim_many` (`SupportsClaimMany`)."""
+    batch = True
+    """The strategy has a `claim_many` (`SupportsClaimMany`)."""
 
     @property
     def capabilities(self) -> Capabilities:

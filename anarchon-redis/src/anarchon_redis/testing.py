@@ -85,7 +85,7 @@ async def force_expire(client: aioredis.Redis, prefix: str, job: str, slot: int)
 
 
 async def floor(client: aioredis.Redis, prefix: str, job: str) -> int | None:
-    value = await client.get(JobKeys(prefix, job).floor)
+    value = await client.hget(JobKeys(prefix, job).runs, "floor")
     return None if value is None else int(value)
 
 

@@ -1,50 +1,63 @@
 -- anarchon lease strategy: L1-L9 and L11 in one script (DESIGN section 5).
--- KEYS: runs (hash: slot -> run), slots (zset), leases (zset: slot by lease end),
---       floor (string), events (stream)
--- ARGV[1] = op: claim | renew | finish | release; the rest depends on op (see below).
--- now is Redis TIME, read inside the script (T1).
 --
+-- The keys of a job: runs (hash), slots (sorted set of the job's slots, score = slot), leases
+-- (sorted set of running slots, score = lease end, for the overlap rule) and events (stream).
+-- Besides one field per slot (the run), the runs hash holds:
+--   floor  the newest forgotten slot (L11);
+--   n      how many runs the job has (the size of slots), so a claim needs no ZCARD.
 -- A run is one flat string, which the script writes and reads for a fraction of what JSON costs:
 --   "<status> <attempt> <claimed_at> <lease_until> <keep_until> <finished_at or -> <token>
 --    <n> <holder>[|<error>]"   (one line; <n> is the length of <holder> in bytes)
--- The claim's reply is one string, the cheapest reply for the client to read:
---   "<outcome> <attempt> <lease_until or -> <status or -> <now> <floor or -> <token or -> <holder>"
--- renew, finish and release reply 1 if the run was running with the caller's token (and was
--- changed), else 0.
-local runs, slots, leases, floor_key, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- now is Redis TIME, read once per call (T1); a call is one atomic step for all its jobs (C1).
+--
+-- claim, for one job or many (batch.lua): KEYS = the 4 keys of each job; ARGV[1] =
+-- 'claim <history_limit>', ARGV[1 + i] = job i's request:
+--   "<slot> <token> <lease_ms> <max_late_ms> <skip 1|0> <attempts> <keep_until> <instance>"
+-- Each job's answer:
+--   "<outcome> <attempt> <lease_until or -> <status or -> <now> <floor or ->[ <token> <holder>]"
+-- token and holder are left out when they are the caller's own (always so for a won new run).
+--
+-- renew, finish, release: one job's 4 keys; ARGV = op, slot, token, then renew: lease_ms |
+-- finish: status, has_error (1|0), error, history_limit. Reply 1 if the run was running with
+-- that token (and was changed), else 0.
 local op = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = string.format('%d', now)
 local SWEEP_MAX = 100
 local RUN = '^(%l+) (%d+) (%d+) (%d+) (%d+) ([%d-]+) (%x+) (%d+) (.*)$'
+local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (.*)$'
+local STATUS = {running = true, succeeded = true, failed = true, interrupted = true}
 
-local function corrupt(where, what)
-  error({err = 'ANARCHON-CORRUPT ' .. where .. ': ' .. what})
+local runs, slots, leases, events -- the keys of the job being decided
+
+local function corrupt(field, what)
+  error({err = 'ANARCHON-CORRUPT key ' .. runs .. ' field ' .. field .. ': ' .. what})
 end
 
 local function decode(raw, field)
   local status, attempt, claimed, lease, keep, finished, token, n, rest = string.match(raw, RUN)
   local size = tonumber(n)
-  if not status or (status ~= 'running' and status ~= 'succeeded' and status ~= 'failed'
-     and status ~= 'interrupted') or tonumber(attempt) < 1 or size > #rest
+  if not status or not STATUS[status] or tonumber(attempt) < 1 or size > #rest
      or (finished ~= '-' and not string.match(finished, '^%d+$')) then
-    corrupt('key ' .. runs .. ' field ' .. field,
-      'not a run anarchon writes (status attempt claimed_at lease_until keep_until finished_at '
-      .. 'token holder)')
+    corrupt(field, 'not a run anarchon writes (status attempt claimed_at lease_until keep_until '
+      .. 'finished_at token holder)')
   end
   local tail = string.sub(rest, size + 1)
   if tail ~= '' and string.sub(tail, 1, 1) ~= '|' then
-    corrupt('key ' .. runs .. ' field ' .. field, 'text after the holder is not an error')
+    corrupt(field, 'text after the holder is not an error')
   end
   return {status = status, attempt = attempt, claimed = claimed, lease = lease, keep = keep,
     finished = finished, token = token, holder = string.sub(rest, 1, size), tail = tail}
 end
 
-local function save(field, run)
-  redis.call('HSET', runs, field, run.status .. ' ' .. run.attempt .. ' ' .. run.claimed .. ' '
-    .. run.lease .. ' ' .. run.keep .. ' ' .. run.finished .. ' ' .. run.token .. ' '
-    .. #run.holder .. ' ' .. run.holder .. run.tail)
+local function encode(run)
+  return run.status .. ' ' .. run.attempt .. ' ' .. run.claimed .. ' ' .. run.lease .. ' '
+    .. run.keep .. ' ' .. run.finished .. ' ' .. run.token .. ' ' .. #run.holder .. ' '
+    .. run.holder .. run.tail
+end
+
+local function index(field, run)
   if run.status == 'running' then
     redis.call('ZADD', leases, run.lease, field)
   else
@@ -52,39 +65,14 @@ local function save(field, run)
   end
 end
 
+local function save(field, run)
+  redis.call('HSET', runs, field, encode(run))
+  index(field, run)
+end
+
 local function event(field, what, run, history_limit)
   redis.call('XADD', events, 'MAXLEN', '~', history_limit, '*', 'event', what, 'slot', field,
     'attempt', run.attempt, 'token', run.token, 'holder', run.holder)
-end
-
-local function current_floor()
-  local raw = redis.call('GET', floor_key)
-  if raw and not string.match(raw, '^%d+$') then
-    corrupt('key ' .. floor_key, 'not a slot in epoch milliseconds')
-  end
-  return raw
-end
-
--- L11: beyond the newest history_limit runs, forget the oldest while they are past keep_until
--- and hold no live lease (at most SWEEP_MAX per claim); the floor rises to the newest forgotten.
-local function sweep(excess)
-  local last = nil
-  for _, field in ipairs(redis.call('ZRANGE', slots, 0, excess - 1)) do
-    local raw = redis.call('HGET', runs, field)
-    if raw then
-      local run = decode(raw, field)
-      local live = run.status == 'running' and tonumber(run.lease) >= now
-      if tonumber(run.keep) >= now or live then break end
-    end
-    redis.call('HDEL', runs, field)
-    redis.call('ZREM', slots, field)
-    redis.call('ZREM', leases, field)
-    last = field
-  end
-  if last then
-    local floor = current_floor()
-    if not floor or tonumber(last) > tonumber(floor) then redis.call('SET', floor_key, last) end
-  end
 end
 
 local function other_live(field)
@@ -100,60 +88,94 @@ local function other_live(field)
   return false
 end
 
-local function answer(outcome, run)
-  return outcome .. ' ' .. run.attempt .. ' ' .. run.lease .. ' ' .. run.status .. ' ' .. now_s
-    .. ' - ' .. run.token .. ' ' .. run.holder
+-- L11: beyond the newest history_limit runs, forget the oldest while they are past keep_until
+-- and hold no live lease (at most SWEEP_MAX per claim); the floor rises to the newest forgotten.
+local function sweep(excess, floor)
+  local gone = {}
+  for _, field in ipairs(redis.call('ZRANGE', slots, 0, excess - 1)) do
+    local raw = redis.call('HGET', runs, field)
+    if raw then
+      local run = decode(raw, field)
+      if tonumber(run.keep) >= now or (run.status == 'running' and tonumber(run.lease) >= now)
+      then break end
+    end
+    gone[#gone + 1] = field
+  end
+  if #gone == 0 then return end
+  redis.call('HDEL', runs, unpack(gone))
+  redis.call('ZREM', slots, unpack(gone))
+  redis.call('ZREM', leases, unpack(gone))
+  local last = gone[#gone]
+  local count = redis.call('ZCARD', slots)
+  if not floor or tonumber(last) > tonumber(floor) then
+    redis.call('HSET', runs, 'n', count, 'floor', last)
+  else
+    redis.call('HSET', runs, 'n', count)
+  end
 end
 
--- claim ARGV: op, "slot token lease_ms max_late_ms skip(1|0) attempts keep_until history_limit",
---             instance
-local function claim()
-  local field, token, lease_s, late_s, skip_s, attempts_s, keep, limit = string.match(
-    ARGV[2], '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (%d+)$')
-  if not field then return redis.error_reply('ANARCHON malformed claim arguments') end
-  local instance = ARGV[3]
-  local raw = redis.call('HGET', runs, field)
+local function answer(outcome, run, floor, mine)
+  local head = outcome .. ' ' .. run.attempt .. ' ' .. run.lease .. ' ' .. run.status .. ' '
+    .. now_s .. ' ' .. (floor or '-')
+  if mine then return head end
+  return head .. ' ' .. run.token .. ' ' .. escaped(run.holder)
+end
+
+local function claim(first, request, limit)
+  runs, slots, leases, events = KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
+  local field, token, lease_ms, late_ms, skip, attempts, keep, instance = string.match(request,
+    CLAIM)
+  if not field then error('ANARCHON malformed claim arguments') end
+  local got = redis.call('HMGET', runs, field, 'floor', 'n')
+  local raw, floor, n = got[1], got[2], got[3]
+  if floor and not string.match(floor, '^%d+$') then
+    corrupt('floor', 'not a slot in epoch milliseconds')
+  end
   if not raw then -- L1
-    local floor = current_floor()
     local slot = tonumber(field)
-    if (floor and slot <= tonumber(floor)) or now - slot > tonumber(late_s) then
-      return 'late 0 - - ' .. now_s .. ' ' .. (floor or '-') .. ' - '
+    if (floor and slot <= tonumber(floor)) or now - slot > tonumber(late_ms) then
+      return 'late 0 - - ' .. now_s .. ' ' .. (floor or '-')
     end
-    if skip_s == '1' and other_live(field) then
-      return 'overlap 0 - - ' .. now_s .. ' ' .. (floor or '-') .. ' - '
+    if skip == '1' and other_live(field) then
+      return 'overlap 0 - - ' .. now_s .. ' ' .. (floor or '-')
+    end
+    if not n then
+      n = redis.call('ZCARD', slots)
+    elseif string.match(n, '^%d+$') then
+      n = tonumber(n)
+    else
+      corrupt('n', 'not a count of runs')
     end
     local run = {status = 'running', attempt = '1', claimed = now_s,
-      lease = string.format('%d', now + tonumber(lease_s)), keep = keep, finished = '-',
+      lease = string.format('%d', now + tonumber(lease_ms)), keep = keep, finished = '-',
       token = token, holder = instance, tail = ''}
-    save(field, run)
-    redis.call('ZADD', slots, field, field)
+    n = n + redis.call('ZADD', slots, field, field)
+    redis.call('HSET', runs, field, encode(run), 'n', n)
+    index(field, run)
     event(field, 'won', run, limit)
-    local excess = math.min(redis.call('ZCARD', slots) - tonumber(limit), SWEEP_MAX)
-    if excess > 0 then sweep(excess) end
-    return 'won 1 ' .. run.lease .. ' running ' .. now_s .. ' ' .. (floor or '-') .. ' ' .. token
-      .. ' ' .. instance
+    if n > limit then sweep(math.min(n - limit, SWEEP_MAX), floor) end
+    return 'won 1 ' .. run.lease .. ' running ' .. now_s .. ' ' .. (floor or '-')
   end
   local run = decode(raw, field)
-  if run.status ~= 'running' then return answer('done', run) end -- L6
-  if run.token == token then return answer('won', run) end -- L2
-  if tonumber(run.lease) >= now then return answer('running', run) end -- L3
+  local mine = run.token == token and run.holder == instance
+  if run.status ~= 'running' then return answer('done', run, floor, mine) end -- L6
+  if run.token == token then return answer('won', run, floor, mine) end -- L2
+  if tonumber(run.lease) >= now then return answer('running', run, floor, false) end -- L3
   local attempt = tonumber(run.attempt)
-  if attempt < tonumber(attempts_s) then -- L4
+  if attempt < tonumber(attempts) then -- L4
     run.attempt, run.token, run.holder = tostring(attempt + 1), token, instance
-    run.claimed, run.lease = now_s, string.format('%d', now + tonumber(lease_s))
+    run.claimed, run.lease = now_s, string.format('%d', now + tonumber(lease_ms))
     save(field, run)
     event(field, 'won', run, limit)
-    return answer('won', run)
+    return answer('won', run, floor, true)
   end
   run.status, run.finished = 'interrupted', now_s -- L5
   run.tail = '|lease of attempt ' .. run.attempt .. ' ran out with no attempts left'
   save(field, run)
   event(field, 'interrupted', run, limit)
-  return answer('interrupted', run)
+  return answer('interrupted', run, floor, false)
 end
 
--- renew ARGV: op, slot, token, lease_ms | finish: op, slot, token, status, has_error, error,
--- history_limit | release: op, slot, token
 local function update()
   local field, token = ARGV[2], ARGV[3]
   local raw = redis.call('HGET', runs, field)
@@ -173,6 +195,8 @@ local function update()
   return 1
 end
 
-if op == 'claim' then return claim() end
-if op == 'renew' or op == 'finish' or op == 'release' then return update() end
-return redis.error_reply('ANARCHON unknown op ' .. tostring(op))
+if op == 'renew' or op == 'finish' or op == 'release' then
+  runs, slots, leases, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  return update()
+end
+return each_job(4, claim)

@@ -1,32 +1,51 @@
--- anarchon script strategy: look for the slot among the claims of the last window, append the
--- claim if there is none, and answer the token that holds the slot.
--- KEYS[1]: the job's claim stream. ARGV: slot, token, holder, window_ms, max_late_ms
--- Reply: {state, token, holder, entry id, now} with state found | added | late | forgotten.
-local key = KEYS[1]
-local field, token, holder = ARGV[1], ARGV[2], ARGV[3]
-local slot, window, max_late = tonumber(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
+-- anarchon script strategy: for each job, look for the slot among the claims of the last window,
+-- append the claim if there is none, and answer who holds the slot.
+-- For one job or many (batch.lua): KEYS = each job's claim stream; ARGV[1] = 'claim
+-- <window_ms>', ARGV[1 + i] = job i's "<slot> <token> <max_late_ms> <holder>".
+-- Each job's answer: "<state> <now>[ <token> <holder>]" with state
+--   added (the claim was appended: won) | mine (found, with the caller's token) |
+--   found (with another token, given with its holder) | late | forgotten
+--
+-- Each entry also carries `max`, the greatest slot in the stream when it was appended (its own
+-- included), so the scan, newest first, stops at the first entry whose max is below the slot:
+-- no entry at or below it can hold the slot. A job whose slots are claimed in order, as the
+-- scheduler claims them, reads one or two entries per claim instead of the whole window.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- A claim of this slot was appended no earlier than one window before the slot (clock skew is
--- smaller than the window) and no later than one window after it (older slots are refused).
-local start = math.max(math.min(now, slot) - window, 0)
-for _, entry in ipairs(redis.call('XREVRANGE', key, '+', start)) do
-  local values = entry[2]
-  local found_slot, found_token, found_holder = nil, nil, nil
-  for i = 1, #values, 2 do
-    local name = values[i]
-    if name == 'slot' then found_slot = values[i + 1]
-    elseif name == 'token' then found_token = values[i + 1]
-    elseif name == 'holder' then found_holder = values[i + 1] end
+local now_s = string.format('%d', now)
+local PAGES = {2, 16, 128}
+
+local function claim(first, request, window)
+  local key = KEYS[first + 1]
+  local field, token, max_late, holder = string.match(request, '^(%d+) (%x+) (%d+) (.*)$')
+  if not field then error('ANARCHON malformed claim arguments') end
+  local slot = tonumber(field)
+  -- A claim of this slot was appended no earlier than one window before the slot (clock skew is
+  -- smaller than the window) and no later than one window after it (older slots are refused);
+  -- so every entry older than start holds a smaller slot.
+  local start = math.max(math.min(now, slot) - window, 0)
+  local from, page, highest, below = '+', 0, slot, false
+  while not below do
+    page = math.min(page + 1, #PAGES)
+    local entries = redis.call('XREVRANGE', key, from, start, 'COUNT', PAGES[page])
+    for _, entry in ipairs(entries) do
+      local found, found_token, found_holder, most = claim_fields(key, entry)
+      if found == field then
+        if found_token == token then return 'mine ' .. now_s end
+        return 'found ' .. now_s .. ' ' .. found_token .. ' ' .. escaped(found_holder)
+      end
+      local top = tonumber(most or found)
+      if top > highest then highest = top end
+      if most and top < slot then below = true break end
+    end
+    if #entries < PAGES[page] then break end
+    from = '(' .. entries[#entries][1]
   end
-  if not found_slot or not tonumber(found_slot) or not found_token then
-    error({err = 'ANARCHON-CORRUPT key ' .. key .. ' entry ' .. entry[1] ..
-      ': not a claim (fields slot and token expected)'})
-  end
-  if found_slot == field then return {'found', found_token, found_holder or '', entry[1], now} end
+  if now - slot > window then return 'forgotten ' .. now_s end
+  if now - slot > tonumber(max_late) then return 'late ' .. now_s end
+  redis.call('XADD', key, 'MINID', '~', math.max(now - 2 * window, 0), '*',
+    'slot', field, 'token', token, 'holder', holder, 'max', string.format('%d', highest))
+  return 'added ' .. now_s
 end
-if now - slot > window then return {'forgotten', false, false, false, now} end
-if now - slot > max_late then return {'late', false, false, false, now} end
-local id = redis.call('XADD', key, 'MINID', '~', math.max(now - 2 * window, 0), '*',
-  'slot', field, 'token', token, 'holder', holder)
-return {'added', token, holder, id, now}
+
+return each_job(1, claim)
