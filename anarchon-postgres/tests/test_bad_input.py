@@ -75,7 +75,7 @@ def test_libpq_parameters_pass_through_and_ours_are_stripped() -> None:
     assert params["sslmode"] == "verify-full"
     assert params["target_session_attrs"] == "read-write"
     assert params["connect_timeout"] == "3"
-    assert params["options"] == "-c statement_timeout=30000"
+    assert params["options"] == "-c statement_timeout=30000 -c lock_timeout=30000"
     assert (params["host"], params["port"], params["dbname"]) == ("db.example", "6543", "app")
     assert not {"table", "schema", "prefix"} & set(params)
     assert (store.options.table, store.options.schema, store.options.prefix) == (

@@ -30,7 +30,10 @@ def libpq_conninfo(url: StoreURL, options: PostgresOptions) -> tuple[str, tuple[
     params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_S))
     params.setdefault("application_name", "anarchon")
     if options.statement_timeout_ms:
-        setting = f"-c statement_timeout={options.statement_timeout_ms}"
+        # The lock timeout too: the claim functions set it per transaction only when the
+        # connection lacks it (through PgBouncer, which does not pass these settings on).
+        timeout = options.statement_timeout_ms
+        setting = f"-c statement_timeout={timeout} -c lock_timeout={timeout}"
         params["options"] = f"{params['options']} {setting}" if "options" in params else setting
     try:
         conninfo = make_conninfo(url.without_query(), **params)

@@ -1,6 +1,10 @@
 """The claim as one server-side function, so a claim is one round trip (C1, L1-L6, L11).
 
-``<table>_claim(...)`` runs inside the single statement that calls it:
+``<table>_claim(request text) RETURNS text`` runs inside the single statement that calls it,
+``SELECT <table>_claim($1)``. The request and the answer are each one text of space-separated
+fields (see `REQUEST_FIELDS` and `ANSWER_FIELDS`): every argument and every result column costs
+a call about as much as a read of a row does, so one of each is what makes a claim barely dearer
+than ``SELECT 1``. The steps:
 
 1. **The read before the lock.** One plain read of the run (when there is none, the lateness
    check and, for overlap ``skip``, one index seek for another live run). A finished run, the
@@ -20,21 +24,13 @@
    `anarchon._leases.decide_claim` does, in SQL: takeover, interrupted, or nothing.
 3. **Retention (L11)**, on a new run only, bounded to `SWEEP_MAX_ROWS` deletions per claim.
 
-It returns one row ``(outcome, attempt, token, holder, lease_until, status, now, floor)``;
-outcome is one of won, running, done, interrupted (L5: done), late, overlap. ``p_now`` is NULL
-except in tests that drive a manual clock.
+The answer's outcome is one of won, running, done, interrupted (L5: done), late, overlap. The
+request's ``now`` is empty except in tests that drive a manual clock.
 
-``<table>_claim_many(...)`` decides distinct jobs of one slot (the scheduler's batch) with the
-same steps, each once for the whole batch: one read of every run before any lock (the losers'
-answers); the job rows inserted where missing, then all locked, both in byte order of the job
-names (an INSERT that meets another batch's uncommitted row waits for its end, so once inserted
-every row is committed or ours and the ordered ``FOR UPDATE`` never waits in a cycle); ``now``
-read after the locks; one INSERT of every claimable run; one more read of what is left (a run
-another claim wrote before our lock). Whatever still needs a decision (an expired lease, a late
-slot or an overlap under the lock) goes to ``<table>_claim`` per request, on the lock already
-held, so no rule is written twice. Retention: one index seek per new run, the bounded sweep only
-where the oldest run may go. It returns the claim function's columns after the request's
-ordinal, in no particular order.
+Releases before this one created ``<table>_claim`` with 13 arguments and 8 result columns. A
+changed signature is another function: opening creates this one next to it and leaves the old
+one in place, so instances of the older release keep claiming during a rolling upgrade (both
+take the same row lock and write the same rows).
 """
 
 from __future__ import annotations
@@ -44,446 +40,254 @@ from psycopg import sql
 from ._names import Names
 
 __all__ = [
+    "ANSWER_FIELDS",
     "ARGUMENT_TYPES",
-    "MANY_ARGUMENT_TYPES",
+    "REQUEST_FIELDS",
     "SWEEP_MAX_ROWS",
     "create_function",
-    "create_functions",
-    "create_many_function",
+    "lock_timeout_setting",
+    "quoted_body",
 ]
 
 SWEEP_MAX_ROWS = 100
 """L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
 
+REQUEST_FIELDS = (
+    "prefix",
+    "job",
+    "slot",
+    "token",
+    "max_late_ms",
+    "skip_overlap",  # 1 or 0
+    "now",  # empty: the server's clock
+    "lease_ms",
+    "attempts",
+    "keep_until",
+    "history_limit",
+    "lock_timeout",  # as PostgreSQL shows the setting (see `lock_timeout_setting`); 0: none
+    "holder",  # last: the instance id may hold spaces
+)
+"""The request, in order, separated by single spaces. What the read before the lock needs comes
+first; only the names' and the token's charsets are known, so the free-form holder is last."""
+
+ANSWER_FIELDS = ("outcome", "attempt", "lease_until", "status", "now", "floor", "token", "holder")
+"""The answer, in order, separated by single spaces; an empty field is NULL. The token and the
+holder (free-form, so last) are set when the outcome has a run."""
+
+ARGUMENT_TYPES = "text"
+"""The function's signature, for ``to_regprocedure``."""
+
+_TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+
+
+def lock_timeout_setting(ms: int) -> str:
+    """`ms` as ``current_setting('lock_timeout')`` shows it (the largest unit that divides it:
+    ``30s``, ``1500ms``), so the claim function sets the lock timeout only when the connection
+    does not have it already."""
+    for unit, size in _TIME_UNITS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms" if ms else "0"
+
+
+# The answer, everywhere the body returns: format() prints NULL as an empty field.
+_ANSWER = "format('%s %s %s %s %s %s %s %s', {})"
+
+# Every statement of PL/pgSQL that reads a table is a query (a plan to check, locks to take, an
+# executor to start), which costs a claim about as much as its server time for a row; an
+# expression that reads none (an assignment, an IF) costs next to nothing. So the body spends
+# queries only where it must: the usual loss is one query, the usual win four (the read, the
+# lock, the INSERT, the retention seek). The request is split in the query of the read
+# (split_part), and into an array only after it.
 _BODY = """
 DECLARE
-    r record;
-    v_exists boolean := false;
+    v_now bigint := coalesce(nullif(split_part(p, ' ', 7), '')::bigint,
+                             floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    v_answer text;
+    a text[];
+    v_slot bigint;
+    v_holder text;
+    v_outcome text;
     v_floor bigint;
+    v_exists boolean := false;
+    v_status text;  -- the run, read FOR UPDATE under the lock
+    v_attempt integer;
+    v_token text;
+    v_run_holder text;
+    v_lease_until bigint;
+    v_first_status text;  -- the job's oldest run (retention)
+    v_first_lease_until bigint;
+    v_first_keep_until bigint;
     v_oldest record;
     v_count integer;
     v_excess integer;
     v_last bigint;
 BEGIN
-    o_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-    SELECT x.status, x.attempt, x.token, x.holder, x.lease_until INTO r
-        FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot = p_slot;
-    IF FOUND THEN
-        IF r.status <> 'running' OR r.token = p_token OR r.lease_until >= o_now THEN
-            o_outcome := CASE WHEN r.status <> 'running' THEN 'done'
-                              WHEN r.token = p_token THEN 'won' ELSE 'running' END;
-            o_attempt := r.attempt; o_token := r.token; o_holder := r.holder;
-            o_lease_until := r.lease_until; o_status := r.status;
-            RETURN;
+    -- 1. The read before the lock: the answer of a run that needs no write, in the query.
+    SELECT CASE WHEN x.status <> 'running' OR x.token = split_part(p, ' ', 4)
+                     OR x.lease_until >= v_now THEN
+               format('%s %s %s %s %s %s %s %s',
+                      CASE WHEN x.status <> 'running' THEN 'done'
+                           WHEN x.token = split_part(p, ' ', 4) THEN 'won' ELSE 'running' END,
+                      x.attempt, x.lease_until, x.status, v_now, NULL, x.token, x.holder) END
+      INTO v_answer
+      FROM {runs} x
+     WHERE x.prefix = split_part(p, ' ', 1) AND x.job = split_part(p, ' ', 2)
+       AND x.slot = split_part(p, ' ', 3)::bigint;
+    IF v_answer IS NOT NULL THEN  -- finished (L6), the caller's own (L2), a live lease (L3)
+        RETURN v_answer;
+    END IF;
+    a := string_to_array(p, ' ');
+    v_slot := a[3];
+    IF NOT FOUND THEN
+        -- No run. The forgotten floor (L11) is read only before answering overlap, and under
+        -- the lock.
+        IF v_now - v_slot > a[5]::bigint THEN
+            RETURN {answer_late};
         END IF;
-    ELSE
-        -- The forgotten floor (L11) is read only before answering overlap, and under the lock.
-        IF o_now - p_slot > p_max_late_ms THEN
-            o_outcome := 'late'; o_attempt := 0;
-            RETURN;
-        END IF;
-        IF p_skip_overlap AND EXISTS (
-            SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job
-                AND x.status = 'running' AND x.lease_until >= o_now AND x.slot <> p_slot
-        ) THEN
-            SELECT j.floor INTO o_floor FROM {jobs} j WHERE j.prefix = p_prefix AND j.job = p_job;
-            o_outcome := CASE WHEN p_slot <= o_floor THEN 'late' ELSE 'overlap' END;
-            o_attempt := 0;
-            RETURN;
+        -- (Nested IFs: an IF whose condition reads a table is a query even when the test
+        -- before its AND is false.)
+        IF a[6] = '1' THEN
+            IF EXISTS (
+                SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                    AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
+            ) THEN
+                SELECT j.floor INTO v_floor FROM {jobs} j WHERE j.prefix = a[1] AND j.job = a[2];
+                RETURN {answer_overlap};
+            END IF;
         END IF;
     END IF;
 
-    IF p_lock_timeout_ms > 0 THEN
-        PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    -- 2. The lock, waiting at most the lock timeout: the connection's, when it has the store's
+    -- (sent at connect), else set for this transaction (through PgBouncer, say, which does not
+    -- pass the connection's settings on).
+    IF a[12] <> '0' AND current_setting('lock_timeout') <> a[12] THEN
+        v_outcome := set_config('lock_timeout', a[12], true);
+        v_outcome := NULL;
     END IF;
     -- The job's row lock: FOR UPDATE on the row when it exists (no new row version, so the
     -- usual claim does not rewrite it); a new job's row is inserted, which locks it just as well.
     LOOP
         SELECT j.floor INTO v_floor FROM {jobs} j
-            WHERE j.prefix = p_prefix AND j.job = p_job FOR UPDATE;
+            WHERE j.prefix = a[1] AND j.job = a[2] FOR UPDATE;
         EXIT WHEN FOUND;
-        INSERT INTO {jobs} (prefix, job) VALUES (p_prefix, p_job)
+        INSERT INTO {jobs} (prefix, job) VALUES (a[1], a[2])
             ON CONFLICT (prefix, job) DO NOTHING;
         EXIT WHEN FOUND;  -- else another claim inserted it first: lock it on the next turn
     END LOOP;
-    o_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-    IF (v_floor IS NOT NULL AND p_slot <= v_floor) OR o_now - p_slot > p_max_late_ms THEN
-        o_outcome := 'late';
-    ELSIF p_skip_overlap AND EXISTS (
-        SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job
-            AND x.status = 'running' AND x.lease_until >= o_now AND x.slot <> p_slot
-    ) THEN
-        o_outcome := 'overlap';
-    ELSE
+    v_now := coalesce(nullif(a[7], '')::bigint,
+                      floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    v_holder := array_to_string(a[13:], ' ');
+
+    -- 3. The decision, under the lock (T1: the clock read after it).
+    IF (v_floor IS NOT NULL AND v_slot <= v_floor) OR v_now - v_slot > a[5]::bigint THEN
+        v_outcome := 'late';
+    ELSIF a[6] = '1' THEN
+        IF EXISTS (
+            SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
+        ) THEN
+            v_outcome := 'overlap';
+        END IF;
+    END IF;
+    IF v_outcome IS NULL THEN
         -- Claimable if absent: insert unless the run exists (the usual win is one statement).
         INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
                             lease_until, finished_at, error, keep_until)
-            VALUES (p_prefix, p_job, p_slot, 'running', 1, p_token, p_holder, o_now,
-                    o_now + p_lease_ms, NULL, NULL, p_keep_until)
+            VALUES (a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
+                    v_now + a[8]::bigint, NULL, NULL, a[10]::bigint)
             ON CONFLICT (prefix, job, slot) DO NOTHING;
         v_exists := NOT FOUND;
     END IF;
-    IF o_outcome IS NOT NULL THEN  -- late or overlap, if the run is absent
-        SELECT x.status, x.attempt, x.token, x.holder, x.lease_until INTO r
-            FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot = p_slot
-            FOR UPDATE;
+    IF v_outcome IS NOT NULL OR v_exists THEN  -- late or overlap if the run is absent; else L2-L6
+        SELECT x.status, x.attempt, x.token, x.holder, x.lease_until
+          INTO v_status, v_attempt, v_token, v_run_holder, v_lease_until
+          FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot
+           FOR UPDATE;
         IF NOT FOUND THEN
-            o_attempt := 0; o_floor := v_floor;
-            RETURN;
+            RETURN {answer_locked};
         END IF;
-        o_outcome := NULL;
-    ELSIF v_exists THEN  -- the run exists: decide on it below
-        SELECT x.status, x.attempt, x.token, x.holder, x.lease_until INTO r
-            FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot = p_slot
-            FOR UPDATE;
     ELSE
-        o_outcome := 'won'; o_attempt := 1; o_token := p_token; o_holder := p_holder;
-        o_lease_until := o_now + p_lease_ms; o_status := 'running';
-        -- L11: only when the job's oldest run could go does retention cost more than one seek.
-        SELECT x.slot, x.status, x.lease_until, x.keep_until INTO v_oldest
-            FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job ORDER BY x.slot LIMIT 1;
-        IF v_oldest.keep_until < o_now
-           AND NOT (v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= o_now, false))
+        -- 4. Retention (L11): only when the job's oldest run could go does it cost more than
+        -- this one seek.
+        SELECT x.status, x.lease_until, x.keep_until
+          INTO v_first_status, v_first_lease_until, v_first_keep_until
+          FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT 1;
+        IF v_first_keep_until < v_now
+           AND NOT (v_first_status = 'running' AND coalesce(v_first_lease_until >= v_now, false))
         THEN
             SELECT count(*) INTO v_count FROM (
-                SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = p_job
-                LIMIT p_history_limit + {sweep}) c;
-            v_excess := least(v_count - p_history_limit, {sweep});
+                SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                LIMIT a[11]::integer + {sweep}) c;
+            v_excess := least(v_count - a[11]::integer, {sweep});
             IF v_excess > 0 THEN
                 FOR v_oldest IN
                     SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-                    WHERE x.prefix = p_prefix AND x.job = p_job ORDER BY x.slot LIMIT v_excess
+                    WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT v_excess
                 LOOP
-                    EXIT WHEN NOT (v_oldest.keep_until < o_now AND NOT (
+                    EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
                         v_oldest.status = 'running'
-                        AND coalesce(v_oldest.lease_until >= o_now, false)));
+                        AND coalesce(v_oldest.lease_until >= v_now, false)));
                     v_last := v_oldest.slot;
                 END LOOP;
                 IF v_last IS NOT NULL THEN
                     DELETE FROM {runs} x
-                        WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot <= v_last;
+                        WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot <= v_last;
                     UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-                        WHERE j.prefix = p_prefix AND j.job = p_job;
+                        WHERE j.prefix = a[1] AND j.job = a[2];
                 END IF;
             END IF;
         END IF;
-        RETURN;
+        RETURN {answer_won};
     END IF;
 
     -- The run exists (locked FOR UPDATE): L2-L6.
-    o_attempt := r.attempt; o_token := r.token; o_holder := r.holder;
-    o_lease_until := r.lease_until; o_status := r.status;
-    IF r.status <> 'running' THEN                                      -- L6
-        o_outcome := 'done';
-    ELSIF r.token = p_token THEN                                       -- L2
-        o_outcome := 'won';
-    ELSIF r.lease_until >= o_now THEN                                  -- L3
-        o_outcome := 'running';
-    ELSIF r.attempt < p_attempts THEN                                  -- L4
-        UPDATE {runs} x SET attempt = r.attempt + 1, token = p_token, holder = p_holder,
-                claimed_at = o_now, lease_until = o_now + p_lease_ms
-            WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot = p_slot;
-        o_outcome := 'won'; o_attempt := r.attempt + 1; o_token := p_token;
-        o_holder := p_holder; o_lease_until := o_now + p_lease_ms;
-    ELSE                                                               -- L5
-        UPDATE {runs} x SET status = 'interrupted', finished_at = o_now,
-                error = format('lease of attempt %s ran out with no attempts left', r.attempt)
-            WHERE x.prefix = p_prefix AND x.job = p_job AND x.slot = p_slot;
-        o_outcome := 'interrupted'; o_status := 'interrupted';
+    IF v_status <> 'running' OR v_token = a[4] OR v_lease_until >= v_now THEN  -- L6, L2, L3
+        RETURN {answer_run};
+    ELSIF v_attempt < a[9]::integer THEN                                      -- L4
+        UPDATE {runs} x SET attempt = v_attempt + 1, token = a[4], holder = v_holder,
+                claimed_at = v_now, lease_until = v_now + a[8]::bigint
+            WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
+        RETURN {answer_takeover};
     END IF;
-    RETURN;
+    UPDATE {runs} x SET status = 'interrupted', finished_at = v_now,               -- L5
+            error = format('lease of attempt %s ran out with no attempts left', v_attempt)
+        WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
+    RETURN {answer_interrupted};
 END
 """
 
+_ANSWERS = {
+    # A run that answers without a write: finished (L6), the caller's (L2), a live lease (L3).
+    "answer_run": "CASE WHEN v_status <> 'running' THEN 'done' WHEN v_token = a[4] THEN 'won' "
+    "ELSE 'running' END, v_attempt, v_lease_until, v_status, v_now, NULL, v_token, v_run_holder",
+    "answer_late": "'late', 0, NULL, NULL, v_now, NULL, NULL, NULL",
+    "answer_overlap": "CASE WHEN v_slot <= v_floor THEN 'late' ELSE 'overlap' END, 0, NULL, NULL, "
+    "v_now, v_floor, NULL, NULL",
+    "answer_locked": "v_outcome, 0, NULL, NULL, v_now, v_floor, NULL, NULL",
+    "answer_won": "'won', 1, v_now + a[8]::bigint, 'running', v_now, NULL, a[4], v_holder",
+    "answer_takeover": "'won', v_attempt + 1, v_now + a[8]::bigint, 'running', v_now, NULL, a[4], "
+    "v_holder",
+    "answer_interrupted": "'interrupted', v_attempt, v_lease_until, 'interrupted', v_now, NULL, "
+    "v_token, v_run_holder",
+}
+
 _SIGNATURE = """
-CREATE OR REPLACE FUNCTION {claim}(
-    p_prefix text, p_job text, p_slot bigint, p_token text, p_holder text,
-    p_lease_ms bigint, p_max_late_ms bigint, p_skip_overlap boolean, p_attempts integer,
-    p_keep_until bigint, p_history_limit integer, p_lock_timeout_ms integer, p_now bigint,
-    OUT o_outcome text, OUT o_attempt integer, OUT o_token text, OUT o_holder text,
-    OUT o_lease_until bigint, OUT o_status text, OUT o_now bigint, OUT o_floor bigint)
+CREATE OR REPLACE FUNCTION {claim}(p text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS {body}
 """
 
-ARGUMENT_TYPES = (
-    "text, text, bigint, text, text, bigint, bigint, boolean, integer, bigint, integer, integer, "
-    "bigint"
-)
-"""The function's signature, for ``to_regprocedure``."""
 
-_MANY_BODY = """
-DECLARE
-    v_now bigint;
-    v_n integer[];
-    v_outcome text[];
-    v_attempt integer[];
-    v_token text[];
-    v_holder text[];
-    v_lease_until bigint[];
-    v_status text[];
-    v_floor bigint[];
-    v_pending boolean[];
-    v_lock text[];
-    v_locked integer;
-    v_won text[];
-    v_job text;
-    v_oldest record;
-    v_count integer;
-    v_excess integer;
-    v_last bigint;
-BEGIN
-    -- Each statement reads the requests with one unnest of the arrays (never p_jobs[i]: a
-    -- subscript of a text array walks it from its start); v_pending flags, in request order,
-    -- the requests not answered yet. Every read of a table is a LATERAL ... LIMIT 1 probe of an
-    -- index per request: the plans are generic (the arrays' sizes unknown), and such a probe
-    -- cannot turn into a join that scans a table.
-    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-
-    -- 1. The read before the lock, for every request at once (the claim function's first step).
-    SELECT array_agg(d.i) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.outcome) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.attempt) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.token) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.holder) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.lease_until) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.status) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.job_floor) FILTER (WHERE d.outcome IS NOT NULL),
-           array_agg(d.outcome IS NULL ORDER BY d.i)
-      INTO v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status, v_floor,
-           v_pending
-      FROM (
-        SELECT q.i,
-               CASE WHEN r.slot IS NOT NULL THEN
-                        CASE WHEN r.status <> 'running' THEN 'done'
-                             WHEN r.token = q.token THEN 'won'
-                             WHEN r.lease_until >= v_now THEN 'running' END
-                    WHEN v_now - p_slot > q.max_late THEN 'late'
-                    WHEN o.overlap THEN
-                        CASE WHEN p_slot <= f.job_floor THEN 'late' ELSE 'overlap' END
-               END AS outcome,
-               CASE WHEN r.slot IS NOT NULL THEN r.attempt ELSE 0 END AS attempt,
-               r.token, r.holder, r.lease_until, r.status, f.job_floor
-          FROM unnest(p_jobs, p_tokens, p_max_late_ms, p_skip_overlap) WITH ORDINALITY
-               AS q(job, token, max_late, skip, i)
-          LEFT JOIN LATERAL (  -- LIMIT 1: an index probe per request, never a join of tables
-              SELECT x.slot, x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
-               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot LIMIT 1
-          ) r ON true
-          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
-              SELECT true AS overlap FROM {runs} y
-               WHERE r.slot IS NULL AND v_now - p_slot <= q.max_late AND q.skip
-                 AND y.prefix = p_prefix AND y.job = q.job AND y.status = 'running'
-                 AND y.lease_until >= v_now AND y.slot <> p_slot
-               LIMIT 1
-          ) o ON true
-          CROSS JOIN LATERAL (
-              SELECT CASE WHEN o.overlap THEN (
-                  SELECT j.floor FROM {jobs} j WHERE j.prefix = p_prefix AND j.job = q.job
-              ) END AS job_floor
-              OFFSET 0
-          ) f
-        OFFSET 0  -- a fence: each request is decided once, not once per aggregate below
-      ) d;
-    IF v_n IS NOT NULL THEN
-        RETURN QUERY SELECT u.i::integer, u.outcome, u.attempt, u.token, u.holder, u.lease_until,
-                            u.status, v_now, u.job_floor
-            FROM unnest(v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status,
-                        v_floor)
-                 AS u(i, outcome, attempt, token, holder, lease_until, status, job_floor);
-    END IF;
-    IF NOT coalesce(true = ANY (v_pending), false) THEN  -- answered: no lock, no write
-        RETURN;
-    END IF;
-
-    -- 2. The jobs' row locks, in one order ("C": as Python sorts), so batches never deadlock.
-    -- A job row missing is inserted first, in the same order (an INSERT that meets another's
-    -- uncommitted row waits for its end); then every row exists and is locked in turn.
-    IF p_lock_timeout_ms > 0 THEN
-        PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    END IF;
-    SELECT array_agg(q.job ORDER BY q.job COLLATE "C") INTO v_lock
-        FROM unnest(p_jobs, v_pending) AS q(job, pending) WHERE q.pending;
-    v_locked := cardinality(v_lock);
-    INSERT INTO {jobs} (prefix, job)
-        SELECT p_prefix, l.job FROM unnest(v_lock) WITH ORDINALITY AS l(job, k) ORDER BY l.k
-        ON CONFLICT (prefix, job) DO NOTHING;
-    PERFORM 1 FROM unnest(v_lock) WITH ORDINALITY AS l(job, k)
-        CROSS JOIN LATERAL (
-            SELECT 1 FROM {jobs} j WHERE j.prefix = p_prefix AND j.job = l.job FOR UPDATE
-        ) AS locked
-        ORDER BY l.k;
-    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-
-    -- 3. Every claimable slot with no run: one INSERT (L1: floor, lateness, overlap). Under the
-    -- job locks nobody else can insert these runs (every claim inserts a run under its job's
-    -- lock), so this statement's snapshot is the truth: no ON CONFLICT (speculative insertion
-    -- costs an index probe and a WAL record more per row). Were that ever wrong, the unique
-    -- index would refuse the row and the whole batch be rolled back, then resent.
-    WITH ins AS (
-        INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
-                            lease_until, finished_at, error, keep_until)
-        SELECT p_prefix, q.job, p_slot, 'running', 1, q.token, q.holder, v_now,
-               v_now + q.lease_ms, NULL, NULL, q.keep_until
-          FROM unnest(p_jobs, p_tokens, p_holders, p_lease_ms, p_max_late_ms, p_skip_overlap,
-                      p_keep_until, v_pending)
-               AS q(job, token, holder, lease_ms, max_late, skip, keep_until, pending)
-          LEFT JOIN LATERAL (  -- the run exists
-              SELECT true AS found FROM {runs} x
-               WHERE q.pending AND x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
-               LIMIT 1
-          ) e ON true
-          LEFT JOIN LATERAL (  -- the floor (L11)
-              SELECT j.floor AS job_floor FROM {jobs} j
-               WHERE q.pending AND j.prefix = p_prefix AND j.job = q.job
-               LIMIT 1
-          ) f ON true
-          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
-              SELECT true AS found FROM {runs} y
-               WHERE q.pending AND q.skip AND y.prefix = p_prefix AND y.job = q.job
-                 AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
-               LIMIT 1
-          ) o ON true
-         WHERE q.pending AND e.found IS NULL AND o.found IS NULL
-           AND v_now - p_slot <= q.max_late AND p_slot > coalesce(f.job_floor, -1)
-        RETURNING job
-    )
-    SELECT array_agg(ins.job) INTO v_won FROM ins;
-    IF cardinality(v_won) = v_locked THEN  -- the usual case: every pending request won
-        RETURN QUERY SELECT q.i::integer, 'won'::text, 1, q.token, q.holder, v_now + q.lease_ms,
-                            'running'::text, v_now, NULL::bigint
-            FROM unnest(p_tokens, p_holders, p_lease_ms, v_pending) WITH ORDINALITY
-                 AS q(token, holder, lease_ms, pending, i)
-            WHERE q.pending;
-        v_pending := NULL;
-    END IF;
-
-    -- 4. Every pending request's run now exists, or its slot is not claimable. A run with the
-    -- caller's token is the one just inserted (won, attempt 1: the read before the lock answered
-    -- resends); a run another claim wrote before our lock is L6 or L3, answered from the same
-    -- read with no write. The rest (an expired lease: L4, L5; a late slot or an overlap under
-    -- the lock) is decided by the claim function, which takes the lock already held here.
-    IF v_pending IS NOT NULL THEN
-        SELECT array_agg(d.i) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.outcome) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.attempt) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.token) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.holder) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.lease_until) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.status) FILTER (WHERE d.pending AND d.outcome IS NOT NULL),
-               array_agg(d.pending AND d.outcome IS NULL ORDER BY d.i)
-          INTO v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status, v_pending
-          FROM (
-            SELECT q.i, q.pending,
-                   CASE WHEN r.status <> 'running' THEN 'done'
-                        WHEN r.token = q.token THEN 'won'
-                        WHEN r.lease_until >= v_now THEN 'running' END AS outcome,
-                   r.attempt, r.token, r.holder, r.lease_until, r.status
-              FROM unnest(p_jobs, p_tokens, v_pending) WITH ORDINALITY AS q(job, token, pending, i)
-              LEFT JOIN LATERAL (
-                  SELECT x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
-                   WHERE q.pending AND x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
-                   LIMIT 1
-              ) r ON true
-            OFFSET 0
-          ) d;
-        IF v_n IS NOT NULL THEN
-            RETURN QUERY SELECT u.i::integer, u.outcome, u.attempt, u.token, u.holder, u.lease_until,
-                                u.status, v_now, NULL::bigint
-                FROM unnest(v_n, v_outcome, v_attempt, v_token, v_holder, v_lease_until, v_status)
-                     AS u(i, outcome, attempt, token, holder, lease_until, status);
-        END IF;
-        IF true = ANY (v_pending) THEN
-            RETURN QUERY SELECT q.i::integer, c.*
-                FROM unnest(p_jobs, p_tokens, p_holders, p_lease_ms, p_max_late_ms, p_skip_overlap,
-                            p_attempts, p_keep_until, v_pending) WITH ORDINALITY
-                     AS q(job, token, holder, lease_ms, max_late, skip, attempts, keep_until,
-                          pending, i)
-                CROSS JOIN LATERAL {claim}(p_prefix, q.job, p_slot, q.token, q.holder, q.lease_ms,
-                    q.max_late, q.skip, q.attempts, q.keep_until, p_history_limit,
-                    p_lock_timeout_ms, p_now) AS c
-                WHERE q.pending;
-        END IF;
-    END IF;
-
-    -- 5. Retention (L11) for the new runs, as the claim function does after each win: the cheap
-    -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can.
-    IF v_won IS NULL THEN
-        RETURN;
-    END IF;
-    FOR v_job IN
-        SELECT w.job FROM unnest(v_won) AS w(job)
-        CROSS JOIN LATERAL (
-            SELECT x.status, x.lease_until, x.keep_until FROM {runs} x
-             WHERE x.prefix = p_prefix AND x.job = w.job ORDER BY x.slot LIMIT 1) o
-        WHERE o.keep_until < v_now
-          AND NOT (o.status = 'running' AND coalesce(o.lease_until >= v_now, false))
-    LOOP
-        SELECT count(*) INTO v_count FROM (
-            SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_job
-            LIMIT p_history_limit + {sweep}) c;
-        v_excess := least(v_count - p_history_limit, {sweep});
-        CONTINUE WHEN v_excess <= 0;
-        v_last := NULL;
-        FOR v_oldest IN
-            SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-            WHERE x.prefix = p_prefix AND x.job = v_job ORDER BY x.slot LIMIT v_excess
-        LOOP
-            EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
-                v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
-            v_last := v_oldest.slot;
-        END LOOP;
-        IF v_last IS NOT NULL THEN
-            DELETE FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_job AND x.slot <= v_last;
-            UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-                WHERE j.prefix = p_prefix AND j.job = v_job;
-        END IF;
-    END LOOP;
-    RETURN;
-END
-"""
-
-_MANY_SIGNATURE = """
-CREATE OR REPLACE FUNCTION {claim_many}(
-    p_prefix text, p_jobs text[], p_slot bigint, p_tokens text[], p_holders text[],
-    p_lease_ms bigint[], p_max_late_ms bigint[], p_skip_overlap boolean[], p_attempts integer[],
-    p_keep_until bigint[], p_history_limit integer, p_lock_timeout_ms integer, p_now bigint)
-RETURNS TABLE (o_n integer, o_outcome text, o_attempt integer, o_token text, o_holder text,
-               o_lease_until bigint, o_status text, o_now bigint, o_floor bigint)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-AS {body}
-"""
-
-MANY_ARGUMENT_TYPES = (
-    "text, text[], bigint, text[], text[], bigint[], bigint[], boolean[], integer[], bigint[], "
-    "integer, integer, bigint"
-)
-"""The batch function's signature, for ``to_regprocedure``."""
-
-
-def _quoted(body: sql.Composable) -> sql.Composed:
-    # The body is a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so the
-    # quote tag cannot occur inside it.
+def quoted_body(body: sql.Composable) -> sql.Composed:
+    """A function body as a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so
+    the quote tag cannot occur inside it."""
     return sql.Composed([sql.SQL("$anarchon$"), body, sql.SQL("$anarchon$")])
 
 
 def create_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the claim, with every name quoted."""
+    answers = {name: sql.SQL(_ANSWER.format(fields)) for name, fields in _ANSWERS.items()}
     body = sql.SQL(_BODY).format(
-        runs=names.runs, jobs=names.jobs, sweep=sql.Literal(SWEEP_MAX_ROWS)
+        runs=names.runs, jobs=names.jobs, sweep=sql.Literal(SWEEP_MAX_ROWS), **answers
     )
-    return sql.SQL(_SIGNATURE).format(claim=names.claim, body=_quoted(body))
-
-
-def create_many_function(names: Names) -> sql.Composed:
-    """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
-    one is created first)."""
-    body = sql.SQL(_MANY_BODY).format(
-        runs=names.runs, jobs=names.jobs, claim=names.claim, sweep=sql.Literal(SWEEP_MAX_ROWS)
-    )
-    return sql.SQL(_MANY_SIGNATURE).format(claim_many=names.claim_many, body=_quoted(body))
-
-
-def create_functions(names: Names) -> list[sql.Composed]:
-    """Both functions, in the order they must be created."""
-    return [create_function(names), create_many_function(names)]
+    return sql.SQL(_SIGNATURE).format(claim=names.claim, body=quoted_body(body))

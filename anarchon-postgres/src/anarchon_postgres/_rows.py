@@ -16,7 +16,7 @@ from anarchon._leases import late_reason
 
 from ._names import Names
 
-__all__ = ["RUN_COLUMNS", "Statements", "claim_from_row", "run_from_row"]
+__all__ = ["RUN_COLUMNS", "Statements", "claim_from_answer", "run_from_row"]
 
 Query = bytes | sql.SQL | sql.Composed
 """A statement as `psycopg` takes it: composed with quoted names, or rendered to bytes."""
@@ -58,29 +58,22 @@ class Statements:
     @classmethod
     def build(cls, names: Names) -> Statements:
         runs = names.runs
-        args = sql.SQL(", ").join([sql.Placeholder()] * 13)
-        many_args = sql.SQL(
-            "%s, r.job, r.slot, r.token, r.holder, r.lease_ms, r.max_late_ms, r.skip, r.attempts, "
-            "r.keep_until, %s, %s, %s"
-        )
         return cls(
-            claim=sql.SQL("SELECT * FROM {}({})").format(names.claim, args),
-            # Many jobs of one slot (the scheduler's batch): the batch function, set-based; the
-            # arrays are sent in binary (no text quoting of 10,000 values).
+            # One packed text in, one packed text out (see `_function`).
+            claim=sql.SQL("SELECT {}(%s::text)").format(names.claim),
+            # Many jobs of one slot (the scheduler's batch): the batch function, set-based, with
+            # the requests packed into three texts and the distinct policies (see `_batch`).
             claim_slot=sql.SQL(
-                "SELECT * FROM {}(%s, %b::text[], %s, %b::text[], %b::text[], %b::bigint[], "
-                "%b::bigint[], %b::boolean[], %b::integer[], %b::bigint[], %s, %s, %s)"
+                "SELECT o_n, o_answer FROM {}(%s, %s, %s, %s, %s, %s::text[], %s::bigint[], "
+                "%s::bigint[], %s::boolean[], %s::integer[], %s::bigint[], %s, %s, %s)"
             ).format(names.claim_many),
             # Any other batch (several slots, or a job twice): the claim function per request,
             # in one statement, one transaction: the jobs' row locks are taken in the order of
-            # the arrays, which the store sorts by job, so two batches never wait on each other
+            # the array, which the store sorts by job, so two batches never wait on each other
             # in a cycle.
             claim_many=sql.SQL(
-                "SELECT r.n, c.* FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], "
-                "%s::bigint[], %s::bigint[], %s::boolean[], %s::integer[], %s::bigint[]) "
-                "WITH ORDINALITY AS r(job, slot, token, holder, lease_ms, max_late_ms, skip, "
-                "attempts, keep_until, n) CROSS JOIN LATERAL {}({}) c"
-            ).format(names.claim, many_args),
+                "SELECT r.n, {}(r.request) FROM unnest(%s::text[]) WITH ORDINALITY AS r(request, n)"
+            ).format(names.claim),
             read=sql.SQL(
                 "SELECT "
                 + NOW
@@ -119,42 +112,63 @@ def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
     return RunRecord.from_row(row, job=job, where=where)
 
 
-def claim_from_row(row: tuple[Any, ...], request: ClaimRequest, where: str) -> Claim:
-    """The `Claim` for one row of the claim function (see `_function`), with memory://'s words."""
-    outcome, attempt, token, holder, lease_until, status, now, floor = row
-    if outcome == "late":
-        reason = late_reason(request, now, floor) or "late"
-        return Claim(outcome=Outcome.LATE, reason=reason)
-    if outcome == "overlap":
+def _corrupt(answer: object, where: str) -> StoreCorrupt:
+    shown = repr(answer)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    return StoreCorrupt(
+        f"the claim function of {where} answered {shown}, which is not a claim answer; "
+        "reopen the store (it checks the functions), or drop them to have them created again"
+    )
+
+
+def claim_from_answer(answer: object, request: ClaimRequest, where: str) -> Claim:
+    """The `Claim` for one answer of the claim function (see `_function.ANSWER_FIELDS`), with
+    memory://'s words; `where` names the table. An answer that is not one is `StoreCorrupt`."""
+    if not isinstance(answer, str):
+        raise _corrupt(answer, where)
+    try:
+        outcome, attempt, lease_until, status, now, floor, token, holder = answer.split(" ", 7)
+        if outcome == "running" or outcome == "won":
+            if not token:
+                raise ValueError(token)
+            return Claim(
+                outcome=Outcome.RUNNING if outcome == "running" else Outcome.WON,
+                attempt=int(attempt),
+                token=token,
+                holder=holder,
+                lease_until=int(lease_until),
+            )
+        if outcome == "late":
+            now_ms = int(now)
+            reason = late_reason(request, now_ms, int(floor) if floor else None) or "late"
+            return Claim(outcome=Outcome.LATE, reason=reason)
+        if outcome == "overlap":
+            return Claim(
+                outcome=Outcome.OVERLAP,
+                reason="another run of this job holds a live lease and overlap is 'skip'",
+            )
+        if outcome == "done":
+            try:
+                reason = f"run {RunStatus(status)}"
+            except ValueError:
+                raise StoreCorrupt(
+                    f"run of job {request.job!r} at slot {request.slot} in {where} has status "
+                    f"{status!r}, which anarchon never writes; remove or repair the row"
+                ) from None
+        elif outcome == "interrupted":
+            reason = "run interrupted: the last attempt's lease ran out"
+        else:
+            raise ValueError(outcome)
+        if not token:
+            raise ValueError(token)
         return Claim(
-            outcome=Outcome.OVERLAP,
-            reason="another run of this job holds a live lease and overlap is 'skip'",
-        )
-    if outcome in ("won", "running"):
-        return Claim(
-            outcome=Outcome(outcome),
-            attempt=attempt,
+            outcome=Outcome.DONE,
+            attempt=int(attempt),
             token=token,
             holder=holder,
-            lease_until=lease_until,
+            lease_until=int(lease_until) if lease_until else None,
+            reason=reason,
         )
-    if outcome == "done":
-        try:
-            reason = f"run {RunStatus(status)}"
-        except ValueError:
-            raise StoreCorrupt(
-                f"run of job {request.job!r} at slot {request.slot} in {where} has status "
-                f"{status!r}, which anarchon never writes; remove or repair the row"
-            ) from None
-    elif outcome == "interrupted":
-        reason = "run interrupted: the last attempt's lease ran out"
-    else:
-        raise StoreCorrupt(f"the claim function in {where} answered {outcome!r}; reopen the store")
-    return Claim(
-        outcome=Outcome.DONE,
-        attempt=attempt,
-        token=token,
-        holder=holder,
-        lease_until=lease_until,
-        reason=reason,
-    )
+    except ValueError:
+        raise _corrupt(answer, where) from None

@@ -1,13 +1,17 @@
 """The tables and the claim functions, created once under an advisory lock and checked on open.
 
 The usual open is one catalog read: every table there, with our columns, at our version, and both
-functions present (``<table>_claim`` and ``<table>_claim_many``). Otherwise one transaction takes ``pg_advisory_xact_lock`` (concurrent
-``CREATE TABLE IF NOT EXISTS`` can fail, and many instances start at once), looks again, and
-creates what is missing, or migrates an older version forward. The functions are code, not data:
-a missing one (dropped, or added by a newer release of anarchon-postgres, as ``_claim_many``
-was) is created with ``CREATE OR REPLACE`` under the same lock, with no version change. Tables that exist but are not
-ours (a missing or unknown column, a newer version, some tables without the others) are never
-touched: opening raises `StoreCorrupt` naming the table.
+functions present with this release's signatures (``<table>_claim(text)`` and
+``<table>_claim_many(...)``, checked with ``to_regprocedure``). Otherwise one transaction takes
+``pg_advisory_xact_lock`` (concurrent ``CREATE TABLE IF NOT EXISTS`` can fail, and many instances
+start at once), looks again, and creates what is missing, or migrates an older version forward.
+The functions are code, not data: a missing one (dropped, or added by a newer release of
+anarchon-postgres, as ``_claim_many`` was, or given a new signature, as both were when they
+took packed texts) is created with ``CREATE OR REPLACE`` under the same lock, with no version
+change. A function of an older signature is left in place, for the instances of that release
+that still run during a rolling upgrade. Tables that exist but are not ours (a missing or unknown
+column, a newer version, some tables without the others) are never touched: opening raises
+`StoreCorrupt` naming the table.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from psycopg import AsyncConnection, IsolationLevel, sql
 
 from anarchon import ConfigError, StoreCorrupt
 
-from ._function import ARGUMENT_TYPES, MANY_ARGUMENT_TYPES, create_functions
+from ._batch import MANY_ARGUMENT_TYPES, create_many_function
+from ._function import ARGUMENT_TYPES, create_function
 from ._names import Names
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "check_access",
+    "create_functions",
     "ensure_schema",
     "grants",
     "table_privileges",
@@ -58,6 +64,11 @@ _RUNS = {
 }
 _JOBS = {"prefix": "text", "job": "text", "floor": "bigint"}
 _VERSION = {"component": "text", "version": "integer"}
+
+
+def create_functions(names: Names) -> list[sql.Composed]:
+    """Both functions, in the order they must be created (the batch calls the claim)."""
+    return [create_function(names), create_many_function(names)]
 
 
 def _columns(names: Names) -> dict[str, dict[str, str]]:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from anarchon import (
@@ -27,11 +27,13 @@ from anarchon import (
 )
 from anarchon._leases import decide_claim, keep_until
 
+from ._batch import pack_slot_batch, read_slot_answers
 from ._connection import connection_kwargs, libpq_conninfo
 from ._errors import RETRYABLE, shown_url, translate
+from ._function import lock_timeout_setting
 from ._names import Names
 from ._options import PostgresOptions
-from ._rows import Statements, claim_from_row, run_from_row
+from ._rows import Statements, claim_from_answer, run_from_row
 from ._schema import ensure_schema
 
 __all__ = ["PostgresStore"]
@@ -40,6 +42,7 @@ log = logging.getLogger("anarchon.postgres")
 
 Clock = Callable[[], int]
 Conn = AsyncConnection[tuple[Any, ...]]
+Cursor = AsyncCursor[tuple[Any, ...]]
 T = TypeVar("T")
 
 POOL_TIMEOUT_S = 10.0
@@ -72,6 +75,12 @@ class PostgresStore(LeaseStore):
         self._secrets = (*secrets, url.password or "")
         self._sql = Statements.build(self.names)
         self._pool: AsyncConnectionPool[Conn] | None = None
+        self._cursors: dict[Conn, Cursor] = {}
+        self.answers_where = f"table {self.names.shown(self.names.table)} at {self.where}"
+        """How an error about a claim function's answer names it."""
+        # The fields of every packed claim request that do not depend on the request.
+        self._lock_timeout = lock_timeout_setting(options.statement_timeout_ms)
+        self._history_and_timeout = f"{options.history_limit} {self._lock_timeout}"
 
     @classmethod
     def create(cls, url: str, *, clock: Clock | None = None, **options: object) -> PostgresStore:
@@ -142,16 +151,31 @@ class PostgresStore(LeaseStore):
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        self._cursors.clear()
         if pool is not None:
             await pool.close()
 
-    async def _run(self, step: Callable[[Conn], Awaitable[T]], *, resend: bool = True) -> T:
-        """Run `step` on a pooled connection, within `POOL_TIMEOUT_S` of waiting for one.
+    def _cursor(self, conn: Conn) -> Cursor:
+        """The store's cursor on `conn`, made once per connection (a new psycopg cursor per call
+        costs a claim more client time than a parameter does)."""
+        cursor = self._cursors.get(conn)
+        if cursor is None:
+            # Forget the cursors of connections the pool has closed since.
+            for old in [c for c in self._cursors if c.closed]:
+                del self._cursors[old]
+            cursor = self._cursors[conn] = conn.cursor()
+        return cursor
+
+    async def _run(self, step: Callable[[Cursor], Awaitable[T]], *, resend: bool = True) -> T:
+        """Run `step` with the cursor of a pooled connection, within `POOL_TIMEOUT_S` of waiting
+        for one.
 
         A connection that broke while idle in the pool (a server restart) fails at once; the step
         is then resent on the next connection, when resending is safe (C2), until the pool runs
         out of stale connections. A statement rolled back by a serialization failure or deadlock
-        is resent up to `RETRIES` times."""
+        is resent up to `RETRIES` times. (``getconn``/``putconn`` rather than the pool's
+        ``connection()`` context: every statement is autocommit, so there is no transaction to
+        end, and the context manager costs a claim as much as a parameter.)"""
         pool = self._pool
         if pool is None:
             raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
@@ -160,8 +184,11 @@ class PostgresStore(LeaseStore):
         broken = 0
         while True:
             try:
-                async with pool.connection(timeout=max(deadline - time.monotonic(), 0.01)) as conn:
-                    return await step(conn)
+                conn = await pool.getconn(timeout=max(deadline - time.monotonic(), 0.01))
+            except (PoolTimeout, psycopg.Error) as exc:
+                raise self._error(exc) from None
+            try:
+                return await step(self._cursor(conn))
             except RETRYABLE as exc:
                 rolled_back += 1
                 if rolled_back > RETRIES:
@@ -172,38 +199,45 @@ class PostgresStore(LeaseStore):
                 if not resend or exc.sqlstate is not None or broken > self.options.pool_max_size:
                     raise self._error(exc) from None
                 log.info("PostgreSQL at %s: a pooled connection broke; resending", self.where)
-            except (PoolTimeout, psycopg.Error) as exc:
+            except psycopg.Error as exc:
                 raise self._error(exc) from None
+            finally:
+                await pool.putconn(conn)
+
+    async def _fetchone(self, query: Any, params: Sequence[Any]) -> tuple[Any, ...]:
+        async def step(cur: Cursor) -> tuple[Any, ...]:
+            await cur.execute(query, params)
+            row = await cur.fetchone()
+            assert row is not None
+            return row
+
+        return await self._run(step)
+
+    async def _fetchall(self, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async def step(cur: Cursor) -> list[tuple[Any, ...]]:
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+        return await self._run(step)
 
     def _now_param(self) -> int | None:
         return None if self.clock is None else self.clock()
 
     # -- claims (L1-L6, L10, L11) ----------------------------------------------------------
-    def _args(self, request: ClaimRequest) -> tuple[Any, ...]:
+    def _packed(self, request: ClaimRequest) -> str:
+        """The claim function's one argument (`_function.REQUEST_FIELDS`)."""
+        now = "" if self.clock is None else self.clock()
         return (
-            self.options.prefix,
-            request.job,
-            request.slot,
-            request.token,
-            request.instance,
-            request.lease_ms,
-            request.max_late_ms,
-            request.overlap is Overlap.SKIP,
-            request.attempts,
-            keep_until(request, self.options.retention_margin_ms),
-            self.options.history_limit,
-            self.options.statement_timeout_ms,
-            self._now_param(),
+            f"{self.options.prefix} {request.job} {request.slot} {request.token} "
+            f"{request.max_late_ms} {1 if request.overlap is Overlap.SKIP else 0} {now} "
+            f"{request.lease_ms} {request.attempts} "
+            f"{keep_until(request, self.options.retention_margin_ms)} "
+            f"{self._history_and_timeout} {request.instance}"
         )
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        async def step(conn: Conn) -> Claim:
-            cur = await conn.execute(self._sql.claim, self._args(request))
-            row = await cur.fetchone()
-            assert row is not None
-            return claim_from_row(row, request, self.where)
-
-        return await self._run(step)
+        row = await self._fetchone(self._sql.claim, (self._packed(request),))
+        return claim_from_answer(row[0], request, self.answers_where)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """All requests in one statement (one transaction). Distinct jobs of one slot (what the
@@ -217,83 +251,45 @@ class PostgresStore(LeaseStore):
         if all(r.slot == slot for r in batch) and len({r.job for r in batch}) == len(batch):
             return await self._claim_slot(batch, slot)
         order = sorted(range(len(batch)), key=lambda i: (batch[i].job, i))
-        ordered = [batch[i] for i in order]
-        columns = [list(c) for c in zip(*(self._args(r)[1:10] for r in ordered), strict=True)]
-        params = (
-            *columns,
-            self.options.prefix,
-            self.options.history_limit,
-            self.options.statement_timeout_ms,
-            self._now_param(),
+        rows = await self._fetchall(
+            self._sql.claim_many, ([self._packed(batch[i]) for i in order],)
         )
-
-        async def step(conn: Conn) -> list[Claim]:
-            cur = await conn.execute(self._sql.claim_many, params)
-            rows = await cur.fetchall()
-            return [claim_from_row(row[1:], ordered[row[0] - 1], self.where) for row in rows]
-
-        claims = await self._run(step)
+        if len(rows) != len(batch):
+            raise StoreCorrupt(
+                f"the claim function of {self.answers_where} answered {len(rows)} rows for "
+                f"{len(batch)} requests; reopen the store"
+            )
         result: list[Claim | None] = [None] * len(batch)
-        for position, claim in zip(order, claims, strict=True):
-            result[position] = claim
+        for n, answer in rows:
+            position = order[n - 1]
+            result[position] = claim_from_answer(answer, batch[position], self.answers_where)
         return [c for c in result if c is not None]
 
     async def _claim_slot(self, batch: list[ClaimRequest], slot: int) -> list[Claim]:
-        """Distinct jobs of one slot: one call of the batch function (see `_function`)."""
-        margin = self.options.retention_margin_ms
-        params = (
-            self.options.prefix,
-            [r.job for r in batch],
-            slot,
-            [r.token for r in batch],
-            [r.instance for r in batch],
-            [r.lease_ms for r in batch],
-            [r.max_late_ms for r in batch],
-            [r.overlap is Overlap.SKIP for r in batch],
-            [r.attempts for r in batch],
-            [keep_until(r, margin) for r in batch],
-            self.options.history_limit,
-            self.options.statement_timeout_ms,
-            self._now_param(),
+        """Distinct jobs of one slot: one call of the batch function (see `_batch`)."""
+        params = pack_slot_batch(
+            batch,
+            prefix=self.options.prefix,
+            slot=slot,
+            margin_ms=self.options.retention_margin_ms,
+            tail=(self.options.history_limit, self._lock_timeout, self._now_param()),
         )
-
-        async def step(conn: Conn) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(self._sql.claim_slot, params)
-            return await cur.fetchall()
-
-        rows = await self._run(step)
-        result: list[Claim | None] = [None] * len(batch)
-        for row in rows:
-            index = row[0] - 1
-            result[index] = claim_from_row(row[1:], batch[index], self.where)
-        claims = [c for c in result if c is not None]
-        if len(claims) != len(batch):
-            raise StoreCorrupt(
-                f"the batch claim function in {self.where} answered {len(rows)} rows for "
-                f"{len(batch)} requests; reopen the store"
-            )
-        return claims
+        rows = await self._fetchall(self._sql.claim_slot, params)
+        return read_slot_answers(rows, batch, self.answers_where)
 
     async def check(self, request: ClaimRequest) -> Claim:
         """L10: one plain ``SELECT`` outside any transaction; the claim function only when the
         run is missing or its lease ran out."""
         key = (self.options.prefix, request.job, request.slot)
 
-        async def read(conn: Conn) -> Claim | None:
-            cur = await conn.execute(self._sql.read, (self._now_param(), *key))
-            row = await cur.fetchone()
-            assert row is not None
-            if row[1] is None:
-                return None
+        row = await self._fetchone(self._sql.read, (self._now_param(), *key))
+        if row[1] is not None:
             now = row[0]
             run = run_from_row(row[1:], request.job, self.names.shown(self.names.table))
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
                 claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
                 return claim
-            return None
-
-        answered = await self._run(read)
-        return answered if answered is not None else await self.claim(request)
+        return await self.claim(request)
 
     # -- the lease holder's writes (L7-L9): one UPDATE each, token and status compared ------
     async def _update(
@@ -308,8 +304,8 @@ class PostgresStore(LeaseStore):
     ) -> bool:
         params = (*values, self.options.prefix, job, slot, token)
 
-        async def step(conn: Conn) -> bool:
-            cur = await conn.execute(statement, params)
+        async def step(cur: Cursor) -> bool:
+            await cur.execute(statement, params)
             return cur.rowcount == 1
 
         return await self._run(step, resend=resend)
@@ -342,28 +338,17 @@ class PostgresStore(LeaseStore):
             raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
         where = self.names.shown(self.names.table)
 
-        async def step(conn: Conn) -> list[RunRecord]:
-            cur = await conn.execute(self._sql.history, (self.options.prefix, job, limit))
-            return [run_from_row(row, job, where) for row in await cur.fetchall()]
-
-        return await self._run(step)
+        rows = await self._fetchall(self._sql.history, (self.options.prefix, job, limit))
+        return [run_from_row(row, job, where) for row in rows]
 
     async def jobs(self) -> list[str]:
         """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
 
-        async def step(conn: Conn) -> list[str]:
-            cur = await conn.execute(self._sql.jobs, (self.options.prefix, self.options.prefix))
-            return [str(row[0]) for row in await cur.fetchall()]
-
-        return await self._run(step)
+        rows = await self._fetchall(self._sql.jobs, (self.options.prefix, self.options.prefix))
+        return [str(row[0]) for row in rows]
 
     async def now_ms(self) -> int:
         """The server's ``clock_timestamp()`` in epoch ms (T1)."""
 
-        async def step(conn: Conn) -> int:
-            cur = await conn.execute(self._sql.now, (self._now_param(),))
-            row = await cur.fetchone()
-            assert row is not None
-            return int(row[0])
-
-        return await self._run(step)
+        row = await self._fetchone(self._sql.now, (self._now_param(),))
+        return int(row[0])

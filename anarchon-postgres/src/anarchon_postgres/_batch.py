@@ -1,0 +1,373 @@
+"""The batch claim: many distinct jobs of one slot (the scheduler's batch) in one function call.
+
+``<table>_claim_many(...)`` takes the claim function's steps, each once for the whole batch:
+
+1. **One read before any lock** of every request's run, an index probe each: the losers' answers
+   (as the claim function answers them). The same statement sorts the other requests, the
+   pending ones, by job (byte order), and notes which of their jobs has no job row yet.
+2. **The locks**: the missing job rows are inserted, then every pending job's row is locked
+   ``FOR UPDATE``, which also reads its floor (L11), both in that order (an INSERT that meets
+   another batch's uncommitted row waits for its end, so once inserted every row is committed or
+   ours and the ordered ``FOR UPDATE`` never waits in a cycle; a single claim locks one row).
+   ``now`` is read after the locks.
+3. **One INSERT** of every claimable run (lateness, floor, overlap).
+4. If a pending request did not win there, its run is read once more (another claim wrote it
+   between the read and the lock); what still needs a decision (an expired lease, a late slot or
+   an overlap under the lock) goes to the claim function, on the lock already held, so no rule
+   is written twice.
+5. **Retention**: one index seek per new run, the bounded sweep only where the oldest run may go.
+
+The requests travel packed: the jobs and the tokens as space-separated texts, and per request
+the number of its *policy* (holder, lease, lateness, overlap, attempts, keep-until), whose
+distinct values are sent once each in small arrays: a batch of 10,000 requests is three texts.
+The answer is one row ``(0, 'now n n n ...')`` listing the requests that won a new run (attempt 1,
+their own token, holder and lease from ``now``), and one row ``(n, answer)`` for every other
+request, in the claim function's answer format. Every request is in exactly one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
+from anarchon._leases import keep_until
+
+from ._function import SWEEP_MAX_ROWS, quoted_body
+from ._names import Names
+from ._rows import claim_from_answer
+
+__all__ = ["MANY_ARGUMENT_TYPES", "create_many_function", "pack_slot_batch", "read_slot_answers"]
+
+MANY_ARGUMENT_TYPES = (
+    "text, bigint, text, text, text, text[], bigint[], bigint[], boolean[], integer[], bigint[], "
+    "integer, text, bigint"
+)
+"""The batch function's signature, for ``to_regprocedure``."""
+
+_SIGNATURE = """
+CREATE OR REPLACE FUNCTION {claim_many}(
+    p_prefix text, p_slot bigint, p_jobs text, p_tokens text, p_policies text,
+    p_holders text[], p_lease_ms bigint[], p_max_late_ms bigint[], p_skip_overlap boolean[],
+    p_attempts integer[], p_keep_until bigint[], p_history_limit integer,
+    p_lock_timeout text, p_now bigint)
+RETURNS TABLE (o_n integer, o_answer text)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS {body}
+"""
+
+_BODY = """
+DECLARE
+    v_jobs text[] := string_to_array(p_jobs, ' ');
+    v_tokens text[] := string_to_array(p_tokens, ' ');
+    v_policies integer[] := string_to_array(p_policies, ' ')::integer[];
+    v_now bigint;
+    v_n integer[];        -- the pending requests, sorted by job: ordinal, job, token, policy
+    v_job text[];
+    v_token text[];
+    v_policy integer[];
+    v_new text[];         -- their jobs without a job row (sorted)
+    v_floor bigint[];     -- their jobs' floors, read under the lock
+    v_answered integer[]; -- the requests answered by the read, and their answers
+    v_answer text[];
+    v_locked integer;
+    v_job_won text[];
+    v_one text;
+    v_oldest record;
+    v_count integer;
+    v_excess integer;
+    v_last bigint;
+BEGIN
+    IF cardinality(v_tokens) IS DISTINCT FROM cardinality(v_jobs)
+       OR cardinality(v_policies) IS DISTINCT FROM cardinality(v_jobs)
+       OR (SELECT min(x) < 1 OR max(x) > cardinality(p_holders) FROM unnest(v_policies) AS x)
+       OR cardinality(p_lease_ms) IS DISTINCT FROM cardinality(p_holders)
+       OR cardinality(p_max_late_ms) IS DISTINCT FROM cardinality(p_holders)
+       OR cardinality(p_skip_overlap) IS DISTINCT FROM cardinality(p_holders)
+       OR cardinality(p_attempts) IS DISTINCT FROM cardinality(p_holders)
+       OR cardinality(p_keep_until) IS DISTINCT FROM cardinality(p_holders) THEN
+        RAISE EXCEPTION 'anarchon: a malformed batch (% jobs, % tokens, % policy numbers)',
+            cardinality(v_jobs), cardinality(v_tokens), cardinality(v_policies)
+            USING ERRCODE = 'data_exception';
+    END IF;
+    -- Each statement reads the requests with one unnest of the arrays (never v_jobs[i]: a
+    -- subscript of a text array walks it from its start; the policies' arrays are short).
+    -- Every read of a table is a LATERAL ... LIMIT 1 probe of an index per request: the plans
+    -- are generic (the arrays' sizes unknown), and such a probe cannot turn into a join that
+    -- scans a table.
+    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+
+    -- 1. The read before the lock, for every request at once: the answers are returned, the
+    -- pending requests kept in job order (one sort, which every aggregate below shares).
+    SELECT array_agg(d.n) FILTER (WHERE d.answer IS NULL),
+           array_agg(d.job) FILTER (WHERE d.answer IS NULL),
+           array_agg(d.token) FILTER (WHERE d.answer IS NULL),
+           array_agg(d.policy) FILTER (WHERE d.answer IS NULL),
+           array_agg(d.job) FILTER (WHERE d.answer IS NULL AND d.has_row IS NULL),
+           array_agg(d.n) FILTER (WHERE d.answer IS NOT NULL),
+           array_agg(d.answer) FILTER (WHERE d.answer IS NOT NULL)
+      INTO v_n, v_job, v_token, v_policy, v_new, v_answered, v_answer
+      FROM (
+        SELECT q.n, q.job, q.token, q.policy, jr.found AS has_row,
+               CASE WHEN r.slot IS NOT NULL THEN
+                        CASE WHEN r.status <> 'running' OR r.token = q.token
+                                  OR r.lease_until >= v_now THEN
+                            format('%s %s %s %s %s %s %s %s',
+                                   CASE WHEN r.status <> 'running' THEN 'done'
+                                        WHEN r.token = q.token THEN 'won' ELSE 'running' END,
+                                   r.attempt, r.lease_until, r.status, v_now, NULL, r.token,
+                                   r.holder) END
+                    WHEN v_now - p_slot > p_max_late_ms[q.policy] THEN
+                        format('%s %s %s %s %s %s %s %s',
+                               'late', 0, NULL, NULL, v_now, NULL, NULL, NULL)
+                    WHEN o.overlap THEN
+                        format('%s %s %s %s %s %s %s %s',
+                               CASE WHEN p_slot <= jr.job_floor THEN 'late' ELSE 'overlap' END,
+                               0, NULL, NULL, v_now, jr.job_floor, NULL, NULL)
+               END AS answer
+          FROM unnest(v_jobs, v_tokens, v_policies) WITH ORDINALITY AS q(job, token, policy, n)
+          LEFT JOIN LATERAL (  -- LIMIT 1: an index probe per request, never a join of tables
+              SELECT x.slot, x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
+               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot LIMIT 1
+          ) r ON true
+          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
+              SELECT true AS overlap FROM {runs} y
+               WHERE r.slot IS NULL AND v_now - p_slot <= p_max_late_ms[q.policy]
+                 AND p_skip_overlap[q.policy]
+                 AND y.prefix = p_prefix AND y.job = q.job AND y.status = 'running'
+                 AND y.lease_until >= v_now AND y.slot <> p_slot
+               LIMIT 1
+          ) o ON true
+          LEFT JOIN LATERAL (  -- the job's row, where the request may lock it (or for overlap)
+              SELECT true AS found, j.floor AS job_floor FROM {jobs} j
+               WHERE (r.slot IS NULL AND v_now - p_slot <= p_max_late_ms[q.policy]
+                      OR r.status = 'running' AND r.token <> q.token AND r.lease_until < v_now)
+                 AND j.prefix = p_prefix AND j.job = q.job
+               LIMIT 1
+          ) jr ON true
+         ORDER BY q.job COLLATE "C"
+        OFFSET 0  -- a fence: each request is decided once, in this order, for every aggregate
+      ) d;
+    IF v_answered IS NOT NULL THEN
+        RETURN QUERY SELECT u.n::integer, u.answer FROM unnest(v_answered, v_answer) AS u(n, answer);
+    END IF;
+    IF v_n IS NULL THEN  -- every request answered: no lock, no write
+        RETURN;
+    END IF;
+
+    -- 2. The jobs' row locks, in job order (byte order: as Python sorts), so batches never
+    -- deadlock. A missing job row is inserted first, in the same order (an INSERT that meets
+    -- another's uncommitted row waits for its end); then every row exists and is locked in turn,
+    -- reading the floors under the lock.
+    IF p_lock_timeout <> '0' AND current_setting('lock_timeout') <> p_lock_timeout THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);  -- as the claim function does
+    END IF;
+    IF v_new IS NOT NULL THEN
+        INSERT INTO {jobs} (prefix, job)
+            SELECT p_prefix, l.job FROM unnest(v_new) WITH ORDINALITY AS l(job, k) ORDER BY l.k
+            ON CONFLICT (prefix, job) DO NOTHING;
+    END IF;
+    SELECT array_agg(f.floor), count(f.locked) INTO v_floor, v_locked FROM (
+        SELECT l.k, locked.floor, locked.locked
+          FROM unnest(v_job) WITH ORDINALITY AS l(job, k)
+          LEFT JOIN LATERAL (
+              SELECT j.floor, true AS locked FROM {jobs} j
+               WHERE j.prefix = p_prefix AND j.job = l.job FOR UPDATE
+          ) locked ON true
+         ORDER BY l.k
+        OFFSET 0
+    ) f;
+    IF v_locked <> cardinality(v_job) THEN  -- a job row deleted meanwhile: resend the batch
+        RAISE EXCEPTION 'anarchon: % job rows of % vanished while locking', cardinality(v_job)
+            - v_locked, cardinality(v_job) USING ERRCODE = 'serialization_failure';
+    END IF;
+    v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+
+    -- 3. Every claimable slot with no run: one INSERT (L1: floor, lateness, overlap). Under the
+    -- job locks nobody else can insert these runs (every claim inserts a run under its job's
+    -- lock), so this statement's snapshot is the truth: no ON CONFLICT (speculative insertion
+    -- costs an index probe and a WAL record more per row). Were that ever wrong, the unique
+    -- index would refuse the row and the whole batch be rolled back, then resent.
+    WITH ins AS (
+        INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
+                            lease_until, finished_at, error, keep_until)
+        SELECT p_prefix, q.job, p_slot, 'running', 1, q.token, p_holders[q.policy], v_now,
+               v_now + p_lease_ms[q.policy], NULL, NULL, p_keep_until[q.policy]
+          FROM unnest(v_job, v_token, v_policy, v_floor) AS q(job, token, policy, job_floor)
+          LEFT JOIN LATERAL (  -- the run exists
+              SELECT true AS found FROM {runs} x
+               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
+               LIMIT 1
+          ) e ON true
+          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
+              SELECT true AS found FROM {runs} y
+               WHERE p_skip_overlap[q.policy] AND y.prefix = p_prefix AND y.job = q.job
+                 AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
+               LIMIT 1
+          ) o ON true
+         WHERE e.found IS NULL AND o.found IS NULL
+           AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1)
+        RETURNING job
+    )
+    SELECT array_agg(ins.job) INTO v_job_won FROM ins;
+    IF cardinality(v_job_won) = cardinality(v_job) THEN  -- the usual case: every pending one won
+        RETURN QUERY SELECT 0, v_now::text || ' ' || array_to_string(v_n, ' ');
+    ELSE
+        -- 4. Every pending request's run now exists, or its slot is not claimable. A run with
+        -- the caller's token is the one just inserted (won, attempt 1); a run another claim
+        -- wrote before our lock is L6 or L3, answered from this read with no write. The rest (an
+        -- expired lease: L4, L5; a late slot or an overlap under the lock) is decided by the
+        -- claim function, which takes the lock already held here.
+        RETURN QUERY
+        SELECT q.n::integer, CASE
+                   WHEN r.status <> 'running' OR r.token = q.token OR r.lease_until >= v_now THEN
+                       format('%s %s %s %s %s %s %s %s',
+                              CASE WHEN r.status <> 'running' THEN 'done'
+                                   WHEN r.token = q.token THEN 'won' ELSE 'running' END,
+                              r.attempt, r.lease_until, r.status, v_now, NULL, r.token, r.holder)
+                   ELSE {claim}(concat_ws(' ', p_prefix, q.job, p_slot, q.token,
+                       p_max_late_ms[q.policy], CASE WHEN p_skip_overlap[q.policy] THEN 1 ELSE 0
+                       END, coalesce(p_now::text, ''), p_lease_ms[q.policy], p_attempts[q.policy],
+                       p_keep_until[q.policy], p_history_limit, p_lock_timeout,
+                       p_holders[q.policy]))
+               END
+          FROM unnest(v_n, v_job, v_token, v_policy) AS q(n, job, token, policy)
+          LEFT JOIN LATERAL (
+              SELECT x.status, x.attempt, x.token, x.holder, x.lease_until FROM {runs} x
+               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
+               LIMIT 1
+          ) r ON true;
+    END IF;
+
+    -- 5. Retention (L11) for the new runs, as the claim function does after each win: the cheap
+    -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can.
+    IF v_job_won IS NULL THEN
+        RETURN;
+    END IF;
+    FOR v_one IN
+        SELECT w.job FROM unnest(v_job_won) AS w(job)
+        CROSS JOIN LATERAL (
+            SELECT x.status, x.lease_until, x.keep_until FROM {runs} x
+             WHERE x.prefix = p_prefix AND x.job = w.job ORDER BY x.slot LIMIT 1) o
+        WHERE o.keep_until < v_now
+          AND NOT (o.status = 'running' AND coalesce(o.lease_until >= v_now, false))
+    LOOP
+        SELECT count(*) INTO v_count FROM (
+            SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_one
+            LIMIT p_history_limit + {sweep}) c;
+        v_excess := least(v_count - p_history_limit, {sweep});
+        CONTINUE WHEN v_excess <= 0;
+        v_last := NULL;
+        FOR v_oldest IN
+            SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
+            WHERE x.prefix = p_prefix AND x.job = v_one ORDER BY x.slot LIMIT v_excess
+        LOOP
+            EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
+                v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
+            v_last := v_oldest.slot;
+        END LOOP;
+        IF v_last IS NOT NULL THEN
+            DELETE FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_one AND x.slot <= v_last;
+            UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
+                WHERE j.prefix = p_prefix AND j.job = v_one;
+        END IF;
+    END LOOP;
+    RETURN;
+END
+"""
+
+
+def create_many_function(names: Names) -> sql.Composed:
+    """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
+    one is created first)."""
+    body = sql.SQL(_BODY).format(
+        runs=names.runs, jobs=names.jobs, claim=names.claim, sweep=sql.Literal(SWEEP_MAX_ROWS)
+    )
+    return sql.SQL(_SIGNATURE).format(claim_many=names.claim_many, body=quoted_body(body))
+
+
+def pack_slot_batch(
+    batch: Sequence[ClaimRequest],
+    *,
+    prefix: str,
+    slot: int,
+    margin_ms: int,
+    tail: tuple[int, str, int | None],
+) -> tuple[Any, ...]:
+    """The batch function's arguments for distinct jobs of one `slot`; `tail` is (history limit,
+    lock timeout as the setting shows it, test clock or None)."""
+    firsts: list[ClaimRequest] = []  # the first request of each distinct policy
+    numbers: dict[tuple[Any, ...], int] = {}
+    policy_of = []
+    for request in batch:
+        key = (
+            request.instance,
+            request.lease_ms,
+            request.max_late_ms,
+            request.overlap,
+            request.attempts,
+        )
+        number = numbers.get(key)
+        if number is None:
+            firsts.append(request)
+            number = numbers[key] = len(firsts)
+        policy_of.append(number)
+    return (
+        prefix,
+        slot,
+        " ".join([r.job for r in batch]),
+        " ".join([r.token for r in batch]),
+        " ".join(map(str, policy_of)),
+        [r.instance for r in firsts],
+        [r.lease_ms for r in firsts],
+        [r.max_late_ms for r in firsts],
+        [r.overlap is Overlap.SKIP for r in firsts],
+        [r.attempts for r in firsts],
+        [keep_until(r, margin_ms) for r in firsts],  # the same slot: one value per policy
+        *tail,
+    )
+
+
+def read_slot_answers(
+    rows: Sequence[tuple[Any, ...]], batch: Sequence[ClaimRequest], where: str
+) -> list[Claim]:
+    """The claims, in request order, from the batch function's rows; anything but one answer per
+    request is `StoreCorrupt` naming the table (`where`)."""
+    claims: list[Claim | None] = [None] * len(batch)
+    try:
+        for n, answer in rows:
+            if n == 0:  # "now n n n ...": new runs, attempt 1, as requested
+                now_text, *numbers = answer.split(" ")
+                now = int(now_text)
+                for number in numbers:
+                    index = int(number) - 1
+                    if index < 0 or claims[index] is not None:
+                        raise ValueError(number)
+                    request = batch[index]
+                    claims[index] = Claim(
+                        outcome=Outcome.WON,
+                        attempt=1,
+                        token=request.token,
+                        holder=request.instance,
+                        lease_until=now + request.lease_ms,
+                    )
+            else:
+                index = n - 1
+                if index < 0 or claims[index] is not None:
+                    raise ValueError(n)
+                claims[index] = claim_from_answer(answer, batch[index], where)
+    except (ValueError, TypeError, AttributeError, IndexError):
+        raise StoreCorrupt(
+            f"the batch claim function of {where} answered a row that is not one answer per "
+            "request; reopen the store"
+        ) from None
+    answered = [c for c in claims if c is not None]
+    if len(answered) != len(batch):
+        raise StoreCorrupt(
+            f"the batch claim function of {where} answered {len(answered)} of {len(batch)} "
+            "requests; reopen the store"
+        )
+    return answered
