@@ -37,7 +37,6 @@ class Statements:
     claim: Query
     claim_slot: Query
     claim_many: Query
-    read: Query
     renew: Query
     finish: Query
     release: Query
@@ -74,14 +73,6 @@ class Statements:
             claim_many=sql.SQL(
                 "SELECT r.n, {}(r.request) FROM unnest(%s::text[]) WITH ORDINALITY AS r(request, n)"
             ).format(names.claim),
-            read=sql.SQL(
-                "SELECT "
-                + NOW
-                + ", "
-                + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
-                + " FROM (SELECT 1) AS one LEFT JOIN {} AS r ON r.prefix = %s AND r.job = %s "
-                "AND r.slot = %s"
-            ).format(runs),
             renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + _HELD).format(
                 runs
             ),

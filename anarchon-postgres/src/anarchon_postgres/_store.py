@@ -25,7 +25,7 @@ from anarchon import (
     StoreUnavailable,
     StoreURL,
 )
-from anarchon._leases import decide_claim, keep_until
+from anarchon._leases import keep_until
 
 from ._batch import pack_slot_batch, read_slot_answers
 from ._connection import connection_kwargs, libpq_conninfo
@@ -278,17 +278,10 @@ class PostgresStore(LeaseStore):
         return read_slot_answers(rows, batch, self.answers_where)
 
     async def check(self, request: ClaimRequest) -> Claim:
-        """L10: one plain ``SELECT`` outside any transaction; the claim function only when the
-        run is missing or its lease ran out."""
-        key = (self.options.prefix, request.job, request.slot)
-
-        row = await self._fetchone(self._sql.read, (self._now_param(), *key))
-        if row[1] is not None:
-            now = row[0]
-            run = run_from_row(row[1:], request.job, self.names.shown(self.names.table))
-            if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
-                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
-                return claim
+        """L10: the claim function, whose first step is the plain read a backup's check needs: a
+        finished run or a live lease is answered by that read, with no lock and no write; only a
+        run that is missing or whose lease ran out goes on to the claim step. (A plain
+        ``SELECT`` of the run, planned on every call, then decided here, costs a check more.)"""
         return await self.claim(request)
 
     # -- the lease holder's writes (L7-L9): one UPDATE each, token and status compared ------
