@@ -90,25 +90,38 @@ class Script:
         except rex.NoScriptError:
             return await client.eval(self.source, len(keys), *keys, *args)
 
-    async def send(self, client: aioredis.Redis, commands: Iterable[bytes]) -> list[Any]:
-        """Calls of this script packed by hand (`_wire`), sent on one connection in order; their
-        replies, an error reply as its exception. Calls answered NOSCRIPT (a restart or SCRIPT
-        FLUSH forgot the script) are sent again once it is loaded."""
+    async def send(
+        self,
+        client: aioredis.Redis,
+        commands: Iterable[bytes],
+        take: Callable[[int, Any], None],
+    ) -> None:
+        """Calls of this script packed by hand (`_wire`), sent on one connection in order;
+        `take(i, reply)` gets each call's reply (an error reply as its exception) as soon as it
+        is read. Calls answered NOSCRIPT (a restart or SCRIPT FLUSH forgot the script) are sent
+        again once it is loaded, and taken then."""
         sent: list[bytes] = []
+        missing: list[int] = []
 
         def kept() -> Iterator[bytes]:
             for packed in commands:
                 sent.append(packed)
                 yield packed
 
-        replies = await wire.send(client.connection_pool, kept())
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, rex.NoScriptError)]
+        def first(i: int, reply: Any) -> None:
+            if isinstance(reply, rex.NoScriptError):
+                missing.append(i)
+            else:
+                take(i, reply)
+
+        await wire.send(client.connection_pool, kept(), first)
         if missing:
             await self.load(client)
-            again = await wire.send(client.connection_pool, [sent[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
+            await wire.send(
+                client.connection_pool,
+                [sent[i] for i in missing],
+                lambda j, reply: take(missing[j], reply),
+            )
 
 
 def reraising(exc: Exception) -> Callable[[], Awaitable[Any]]:

@@ -96,14 +96,15 @@ class IdmpStore(StreamStore):
             keys = self.keys(job)
             packed = bulk(keys.claims) + bulk(keys.idmp_config)
             calls.append(wire.evalsha(CONFIG.sha, 2, packed, 2, args))
+        replies: dict[int, Any] = {}
         try:
-            replies = await CONFIG.send(self.client, calls)
+            await CONFIG.send(self.client, calls, replies.__setitem__)
         except (rex.RedisError, OSError) as exc:
             await self._refuse(jobs[0], exc)
-        for job, reply in zip(jobs, replies, strict=True):
-            if isinstance(reply, Exception):
-                await self._refuse(job, reply)
-            self._check_settings(self.keys(job), reply)
+        for i, job in enumerate(jobs):
+            if isinstance(replies[i], Exception):
+                await self._refuse(job, replies[i])
+            self._check_settings(self.keys(job), replies[i])
 
     async def claim(self, request: ClaimRequest) -> Claim:
         (claim,) = await self.claim_many([request])
@@ -117,27 +118,31 @@ class IdmpStore(StreamStore):
         new = [*dict.fromkeys(r.job for r in requests if r.job not in self._configured)]
         if new:
             await self._configure_many(new)
-        answers = await self._answers(IDMP, self._option, requests)
-        gone = [i for i, answer in enumerate(answers) if answer == "gone"]
+        claims = await self._decided(IDMP, self._option, requests, _decide)
+        gone = [i for i, claim in enumerate(claims) if claim is None]
         if gone:
             # NOMKSTREAM: the stream is gone (deleted, or a flush), and a stream XADD created would
             # have Redis' default IDMP settings: configure it again, then claim.
             again = [requests[i] for i in gone]
             self._configured.difference_update(r.job for r in again)
             await self._configure_many([*dict.fromkeys(r.job for r in again)])
-            for i, answer in zip(gone, await self._answers(IDMP, self._option, again), strict=True):
-                if answer == "gone":
+            retried = await self._decided(IDMP, self._option, again, _decide)
+            for i, claim in zip(gone, retried, strict=True):
+                if claim is None:
                     raise StoreUnavailable(
                         f"Redis stream {self.keys(requests[i].job).claims} vanished twice during "
                         "a claim"
                     )
-                answers[i] = answer
-        return [_decide(r, a) for r, a in zip(requests, answers, strict=True)]
+                claims[i] = claim
+        return [c for c in claims if c is not None]
 
 
-def _decide(request: ClaimRequest, answer: str) -> Claim:
-    """The claim script's answer ``<state>[ <token> <holder>]`` as a `Claim`."""
+def _decide(request: ClaimRequest, answer: str) -> Claim | None:
+    """The claim script's answer ``<state>[ <token> <holder>]`` as a `Claim`; None for ``gone``
+    (the stream must be configured again)."""
     state, _, rest = answer.partition(" ")
+    if state == "gone":
+        return None
     if state == "mine":
         return decided(True, request.token, request.instance)
     if state == "found":

@@ -86,16 +86,14 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         )
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        (answer,) = await self._answers(LEASE, self._option, [request])
-        return _claim_from_answer(answer, request)
+        return await self._decided_one(LEASE, self._option, request, _claim_from_answer)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """The claim script with up to `BATCH` jobs per call (see `RedisStore._answers`); every
+        """The claim script with up to `BATCH` jobs per call (see `RedisStore._decided`); every
         job gets the answer its single claim would get."""
         if not requests:
             return []
-        answers = await self._answers(LEASE, self._option, requests)
-        return [_claim_from_answer(a, r) for r, a in zip(requests, answers, strict=True)]
+        return await self._decided(LEASE, self._option, requests, _claim_from_answer)
 
     async def check(self, request: ClaimRequest) -> Claim:
         """L10: one plain read (HGET and TIME, pipelined, no script); the claim script only when
@@ -167,7 +165,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             return await server_now_ms(self.client)
 
 
-def _claim_from_answer(answer: str, request: ClaimRequest) -> Claim:
+def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:
     """One job's answer from the claim script (see ``lease.lua``) as a `Claim`."""
     parts = answer.split(" ", 7)
     outcome = parts[0]

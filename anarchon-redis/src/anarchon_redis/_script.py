@@ -41,14 +41,12 @@ class ScriptStore(StreamStore):
         return f"{request.slot} {request.token} {request.max_late_ms} {request.instance}"
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        (answer,) = await self._answers(WINDOW, self._option, [request])
-        return self._decide(request, answer)
+        return await self._decided_one(WINDOW, self._option, request, self._decide)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         if not requests:
             return []
-        answers = await self._answers(WINDOW, self._option, requests)
-        return [self._decide(r, a) for r, a in zip(requests, answers, strict=True)]
+        return await self._decided(WINDOW, self._option, requests, self._decide)
 
     def _decide(self, request: ClaimRequest, answer: str) -> Claim:
         """The script's answer ``<state> <now>[ <token> <holder>]`` as a `Claim`."""

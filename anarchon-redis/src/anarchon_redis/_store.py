@@ -5,8 +5,8 @@ not heartbeat their runs)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 from urllib.parse import unquote
 
 import redis.asyncio as aioredis
@@ -14,6 +14,7 @@ import redis.exceptions as rex
 
 from anarchon import ClaimRequest, ClaimStore, ConfigError, StoreCorrupt, StoreOptions, StoreURL
 
+from . import _wire as wire
 from ._client import Script, guarded, make_client, ping, reraising, server_now_ms, translated
 from ._keys import JobKeys
 from ._options import RedisOptions
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["BATCH", "RedisStore"]
+
+T = TypeVar("T")
 
 SCHEMES = ("redis", "rediss")
 KEY_CACHE = 100_000
@@ -142,44 +145,89 @@ class RedisStore(ClaimStore):
         await guarded(self.client, self.url, keys, self._script_keys(keys), reraising(exc))
         raise exc  # guarded raised already; this line tells the type checker
 
-    async def _answers(
-        self, script: Script, option: str, requests: Sequence[ClaimRequest]
-    ) -> list[str]:
-        """Each request's answer from the claim `script` (``batch.lua``), in order: up to
-        `BATCH` jobs per call, the calls sent one after another on one connection (the next is
-        packed while Redis runs the one before). Each call is atomic; a batch as a whole is not
-        all-or-nothing. An ``error`` answer or an error reply is raised as that job's claim
-        alone would raise it, once the whole batch is decided."""
+    async def _decided_one(
+        self,
+        script: Script,
+        option: str,
+        request: ClaimRequest,
+        decide: Callable[[ClaimRequest, str], T],
+    ) -> T:
+        """`_decided` for one request, with less around it: the single claim is the hot path."""
+        packed = self._call(script, option, (request,))
+        try:
+            try:
+                answer = await wire.call(self.client.connection_pool, packed)
+            except rex.NoScriptError:  # a restart or SCRIPT FLUSH forgot the script
+                await script.load(self.client)
+                answer = await wire.call(self.client.connection_pool, packed)
+        except (rex.RedisError, OSError) as exc:
+            await self._refuse(request.job, exc)
+        if answer.startswith("error "):
+            await self._refuse(request.job, rex.ResponseError(unquote(answer[6:])))
+        try:
+            return decide(request, answer)
+        except StoreCorrupt as exc:
+            await self._refuse(request.job, exc)
+
+    async def _decided(
+        self,
+        script: Script,
+        option: str,
+        requests: Sequence[ClaimRequest],
+        decide: Callable[[ClaimRequest, str], T],
+    ) -> list[T]:
+        """`decide(request, answer)` for each request and its answer from the claim `script`
+        (``batch.lua``), in order. Up to `BATCH` jobs per call, the calls sent one after another
+        on one connection: the next is packed, and the answers of the one before are decided,
+        while Redis runs one. Each call is atomic; a batch as a whole is not all-or-nothing. An
+        ``error`` answer or an error reply is raised as that job's claim alone would raise it,
+        once the whole batch is decided."""
         chunks = (
             [requests]
             if len(requests) <= BATCH
             else [requests[i : i + BATCH] for i in range(0, len(requests), BATCH)]
         )
+        done: list[list[T]] = [[] for _ in chunks]
+        failed: list[tuple[str, Exception]] = []
 
         def calls() -> Iterator[bytes]:
             for chunk in chunks:
                 yield self._call(script, option, chunk)
 
-        try:
-            replies = await script.send(self.client, calls())
-        except (rex.RedisError, OSError) as exc:
-            await self._refuse(requests[0].job, exc)
-        answers: list[str] = []
-        for chunk, reply in zip(chunks, replies, strict=True):
+        def take(i: int, reply: Any) -> None:
+            chunk = chunks[i]
             if isinstance(reply, Exception):
-                await self._refuse(chunk[0].job, reply)
+                failed.append((chunk[0].job, reply))
+                return
             lines = reply.split("\n")
             if len(lines) != len(chunk):
-                raise StoreCorrupt(
-                    f"Redis at {self.url} answered {len(lines)} lines to a claim script call of "
-                    f"{len(chunk)} jobs"
+                failed.append(
+                    (
+                        chunk[0].job,
+                        StoreCorrupt(
+                            f"Redis at {self.url} answered {len(lines)} lines to a claim script call of "
+                            f"{len(chunk)} jobs"
+                        ),
+                    )
                 )
+                return
             if reply.startswith("error ") or "\nerror " in reply:
                 for request, line in zip(chunk, lines, strict=True):
                     if line.startswith("error "):
-                        await self._refuse(request.job, rex.ResponseError(unquote(line[6:])))
-            answers += lines
-        return answers
+                        failed.append((request.job, rex.ResponseError(unquote(line[6:]))))
+                        return
+            try:
+                done[i] = [decide(r, line) for r, line in zip(chunk, lines, strict=True)]
+            except StoreCorrupt as exc:
+                failed.append((chunk[0].job, exc))
+
+        try:
+            await script.send(self.client, calls(), take)
+        except (rex.RedisError, OSError) as exc:
+            await self._refuse(requests[0].job, exc)
+        if failed:
+            await self._refuse(*failed[0])
+        return [claim for chunk in done for claim in chunk]
 
     async def open(self) -> None:
         if self._client is not None:

@@ -10,13 +10,13 @@ disconnects on a broken connection and error replies behave as for any redis-py 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-__all__ = ["bulk", "command", "evalsha", "send"]
+__all__ = ["bulk", "call", "command", "evalsha", "pipelined", "send"]
 
 
 def bulk(text: str) -> str:
@@ -38,27 +38,81 @@ def evalsha(sha: str, key_count: int, keys: str, arg_count: int, args: str) -> b
     ).encode()
 
 
-async def send(pool: aioredis.ConnectionPool, commands: Iterable[bytes]) -> list[Any]:
+async def call(pool: aioredis.ConnectionPool, packed: bytes) -> Any:
+    """One packed command on a connection of `pool`: its reply; an error reply is raised as
+    its `redis.exceptions.ResponseError` (the connection stays usable)."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await _send_small(conn, packed)
+        return await conn.read_response()
+    finally:
+        await pool.release(conn)
+
+
+async def pipelined(pool: aioredis.ConnectionPool, packed: bytes, count: int) -> list[Any]:
+    """`count` packed commands written at once on a connection of `pool`: their replies, an
+    error reply as its `ResponseError`."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await _send_small(conn, packed)
+        return [await _reply(conn) for _ in range(count)]
+    finally:
+        await pool.release(conn)
+
+
+SMALL = 16_384
+"""Bytes a command may have to be written without a timeout: far below the 64 KiB at which an
+asyncio transport asks the writer to wait, so its write cannot block."""
+
+
+async def _send_small(conn: Any, packed: bytes) -> None:
+    """`send_packed_command` without its timeout for a small command: with a socket timeout
+    redis-py runs every write as a task of its own under ``asyncio.wait_for``, an extra turn of
+    the event loop (about 10 µs here) for a write that cannot block. The reply is still read
+    under the timeout."""
+    timeout = conn.socket_timeout
+    if not timeout or len(packed) > SMALL:
+        await conn.send_packed_command(packed)
+        return
+    conn.socket_timeout = None  # the connection is ours until released
+    try:
+        await conn.send_packed_command(packed)
+    finally:
+        conn.socket_timeout = timeout
+
+
+async def send(
+    pool: aioredis.ConnectionPool,
+    commands: Iterable[bytes],
+    take: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
     """Send packed `commands` on one connection of `pool`, in order, and return their replies,
-    an error reply as its `redis.exceptions.ResponseError` (the connection stays usable).
+    an error reply as its `redis.exceptions.ResponseError` (the connection stays usable);
+    `take(i, reply)`, if given, gets each reply as soon as it is read.
 
     `commands` may be a generator: the next command is built and sent while the server runs
-    the one before, and a reply is read only once the next command is on its way, so the
-    server always has work queued while the client parses."""
+    the one before, and a reply is read (and taken) only once the next command is on its way,
+    so the server always has work queued while the client packs and parses."""
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
         replies: list[Any] = []
-        pending = 0
+        sent = 0
         for packed in commands:
-            await conn.send_packed_command(packed)
-            pending += 1
-            if pending > 1:
-                replies.append(await _reply(conn))
-                pending -= 1
-        replies += [await _reply(conn) for _ in range(pending)]
+            await _send_small(conn, packed)
+            sent += 1
+            if sent - len(replies) > 1:
+                _taken(replies, await _reply(conn), take)
+        while len(replies) < sent:
+            _taken(replies, await _reply(conn), take)
         return replies
     finally:
         await pool.release(conn)
+
+
+def _taken(replies: list[Any], reply: Any, take: Callable[[int, Any], None] | None) -> None:
+    replies.append(reply)
+    if take is not None:
+        take(len(replies) - 1, reply)
 
 
 async def _reply(conn: Any) -> Any:

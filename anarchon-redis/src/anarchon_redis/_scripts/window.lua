@@ -13,7 +13,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = string.format('%d', now)
-local PAGES = {2, 16, 128}
+local PAGES = {1, 16, 128}
 
 local function claim(first, request, window)
   local key = KEYS[first + 1]
