@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
 import pytest
 
 import anarchon
 from anarchon import ConfigError, MemoryStore
+from anarchon._options import structure_options
 
 
 def test_url_query_and_keywords_are_options() -> None:
@@ -51,3 +53,19 @@ def test_ill_typed_options(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         anarchon.create_store("memory://", **options)
     assert message in str(info.value)
+
+
+@attrs.frozen(kw_only=True)
+class _Pauses(anarchon.StoreOptions):
+    pause_ms: anarchon.DurationMsOrZero = attrs.field(default=anarchon.DurationMsOrZero(5))
+
+
+@pytest.mark.parametrize(("given", "expected"), [("0", 0), ("0s", 0), (0, 0), ("2s", 2000)])
+def test_a_duration_or_zero_option_takes_zero(given: object, expected: int) -> None:
+    options = structure_options(_Pauses, {"pause_ms": given}, where="test://")
+    assert options.pause_ms == expected
+
+
+def test_a_duration_or_zero_option_refuses_negatives_saying_zero_is_allowed() -> None:
+    with pytest.raises(ConfigError, match="pause_ms: duration must be 0 or more"):
+        structure_options(_Pauses, {"pause_ms": -1}, where="test://")

@@ -5,6 +5,7 @@ They subclass the reference model, so everything else about them is right.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -65,6 +66,18 @@ class IgnoresMaxLate(MemoryStore):
 
     async def claim(self, request: ClaimRequest) -> Claim:
         return await super().claim(attrs.evolve(request, max_late_ms=10**12))
+
+
+class PreparesByClaiming(MemoryStore):
+    """Breaks PREP: its preparation claims each run for the preparing instance."""
+
+    prepare_ahead_ms = 1_000
+
+    async def prepare(self, jobs: Sequence[str], slot: int) -> None:
+        for job in jobs:
+            await super().claim(
+                ClaimRequest(job=job, slot=slot, instance="preparer:1:0000", max_late_ms=10**9)
+            )
 
 
 class BrokenHarness(BackendHarness):
@@ -132,3 +145,7 @@ class ForgetsEarlyHarness(BrokenHarness):
 
 class IgnoresMaxLateHarness(BrokenHarness):
     store_class = IgnoresMaxLate
+
+
+class PreparesByClaimingHarness(BrokenHarness):
+    store_class = PreparesByClaiming

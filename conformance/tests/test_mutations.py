@@ -24,6 +24,7 @@ BROKEN = {
     "RenewsAnyTokenHarness": "L7",
     "ForgetsEarlyHarness": "T3",
     "IgnoresMaxLateHarness": "L1",
+    "PreparesByClaimingHarness": "PREP",
 }
 
 

@@ -23,13 +23,13 @@ from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnav
 from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._names import check_name
 from ._once import once
-from ._options import DurationMs, StoreOptions
+from ._options import DurationMs, DurationMsOrZero, StoreOptions
 from ._run import Run
 from ._runs import RunRecord, RunStatus
 from ._schedule import Schedule
 from ._scheduler import Scheduler
 from ._urls import StoreURL, redact
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsJobList
+from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsJobList, SupportsPrepare
 from .plugins import hookimpl
 
 __version__ = "0.1.0"
@@ -43,6 +43,7 @@ __all__ = [
     "ClaimStore",
     "ConfigError",
     "DurationMs",
+    "DurationMsOrZero",
     "Fenced",
     "Health",
     "HealthServer",
@@ -63,6 +64,7 @@ __all__ = [
     "StoreUnavailable",
     "SupportsClaimMany",
     "SupportsJobList",
+    "SupportsPrepare",
     "__version__",
     "check_name",
     "connect",

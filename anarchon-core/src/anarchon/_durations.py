@@ -58,7 +58,8 @@ def to_ms(value: object, *, what: str = "duration", allow_zero: bool = False) ->
         raise ConfigError(f"{what} {value!r} is not a whole number of milliseconds")
     result = int(ms)
     if result < 0 or (result == 0 and not allow_zero):
-        raise ConfigError(f"{what} must be positive, got {value!r}")
+        wanted = "0 or more (0 turns it off)" if allow_zero else "positive"
+        raise ConfigError(f"{what} must be {wanted}, got {value!r}")
     if result > MAX_DURATION_MS:
         raise ConfigError(f"{what} {value!r} is longer than a year; use a shorter duration")
     return result

@@ -15,10 +15,12 @@ from ._durations import to_ms
 from ._errors import ConfigError
 from ._names import check_name
 
-__all__ = ["DurationMs", "StoreOptions", "converter", "structure_options"]
+__all__ = ["DurationMs", "DurationMsOrZero", "StoreOptions", "converter", "structure_options"]
 
 DurationMs = NewType("DurationMs", int)
 """An option holding milliseconds; accepts an int, a `timedelta` or a string such as ``"30s"``."""
+DurationMsOrZero = NewType("DurationMsOrZero", int)
+"""Like `DurationMs`, and 0 is allowed too (for options where 0 turns something off)."""
 
 converter = cattrs.Converter(forbid_extra_keys=True)
 """The one converter for all options (backends register their own hooks on it if they need to)."""
@@ -39,6 +41,10 @@ def _structure_duration(value: object, _: type) -> DurationMs:
     return DurationMs(to_ms(value, what="duration"))
 
 
+def _structure_duration_or_zero(value: object, _: type) -> DurationMsOrZero:
+    return DurationMsOrZero(to_ms(value, what="duration", allow_zero=True))
+
+
 def _structure_int(value: object, _: type) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(f"expected an integer, got {value!r}")
@@ -51,6 +57,7 @@ def _structure_int(value: object, _: type) -> int:
 converter.register_structure_hook(bool, _structure_bool)
 converter.register_structure_hook(int, _structure_int)
 converter.register_structure_hook(DurationMs, _structure_duration)
+converter.register_structure_hook(DurationMsOrZero, _structure_duration_or_zero)
 converter.register_unstructure_hook(timedelta, lambda td: int(td / timedelta(milliseconds=1)))
 
 

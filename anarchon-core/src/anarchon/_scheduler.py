@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import os
 import secrets
@@ -26,7 +25,8 @@ from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._jobs import JobSpec, call_job, fit_to_store, make_job
 from ._runner import Execution
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany
+from ._timetable import Timetable
+from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsPrepare
 from .plugins import PluginManager, plugin_manager
 
 __all__ = ["Scheduler", "default_instance_id"]
@@ -388,50 +388,54 @@ class Scheduler:
             log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
 
     async def _dispatch(self) -> None:
-        """One timer for all jobs: sleep on the monotonic clock until the earliest slot is reached
-        by the store-corrected clock (T2), never earlier; slots are fired in order per job, so a
-        backward jump of the wall clock never fires one twice (T5)."""
-        now = self.store_clock.now_ms()
-        schedules = {name: spec.schedule for name, spec in self.jobs.items() if spec.schedule}
-        # T6: slots within max_late before now are claimed at start.
-        heap = [
-            (schedules[spec.name].next_slot(now - spec.max_late_ms - 1), spec.name)
-            for spec in self.jobs.values()
-        ]
-        heapq.heapify(heap)
+        """One timer for all jobs: sleep on the monotonic clock until the earliest slot (or
+        preparation) is reached by the store-corrected clock (T2), never earlier; the timetable
+        fires each job's slots in order, so a backward jump never fires one twice (T5)."""
+        store = self.store
+        ahead = store.prepare_ahead_ms if isinstance(store, SupportsPrepare) else 0
+        timetable = Timetable(
+            self.jobs,
+            self.store_clock.now_ms(),
+            clock_skew_ms=self.settings.clock_skew_ms,
+            prepare_ahead_ms=ahead,
+        )
         next_refresh = time.monotonic() + CLOCK_REFRESH_S
-        while heap:
+        while timetable:
             if time.monotonic() >= next_refresh:
                 self._spawn(self.store_clock.measure(), "anarchon-clock")
                 next_refresh = time.monotonic() + CLOCK_REFRESH_S
-            slot = heap[0][0]
-            wait_ms = slot - self.store_clock.now_ms()
-            if wait_ms > 0:
-                await asyncio.sleep(min(wait_ms / 1000, MAX_SLEEP_S))
-                continue
             now = self.store_clock.now_ms()
-            fresh: list[JobSpec] = []
-            while heap and heap[0][0] == slot:
-                _, name = heapq.heappop(heap)
-                spec = self.jobs[name]
-                horizon = now - spec.max_late_ms - self.settings.clock_skew_ms
-                if slot >= horizon:
-                    fresh.append(spec)
-                    heapq.heappush(heap, (schedules[name].next_slot(slot), name))
-                    continue
-                # Late (a forward clock jump, or a stalled loop): skip every late slot at once.
-                resume = schedules[name].next_slot(horizon - 1)
-                log.info(
-                    "job %s: slots from %s to before %s skipped: later than max_late (%d ms)",
-                    spec.name,
-                    slot,
-                    resume,
-                    spec.max_late_ms,
-                    extra={"job": spec.name, "slot": slot, "outcome": "late"},
-                )
-                heapq.heappush(heap, (resume, name))
-            if fresh:
-                self._spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
+            for slot, jobs in timetable.prepares_due(now):
+                self._spawn(self._prepare(jobs, slot), f"anarchon-prepare-{slot}")
+            due = timetable.slot_due(now)
+            if due is not None:
+                slot, fresh = due
+                if fresh:
+                    self._spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
+                continue
+            wake_at = timetable.wake_at()
+            assert wake_at is not None
+            await asyncio.sleep(min(max(wake_at - now, 0) / 1000, MAX_SLEEP_S))
+
+    async def _prepare(self, jobs: Sequence[str], slot: int) -> None:
+        """The store's groundwork for a coming slot. Best effort: a failure is logged and the
+        claims do the work themselves (a store outage is reported by the claims, once)."""
+        store = self.store
+        assert isinstance(store, SupportsPrepare)
+        try:
+            await asyncio.wait_for(store.prepare(jobs, slot), self.settings.claim_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except TRANSPORT_ERRORS as exc:
+            log.debug("preparing slot %s of %d job(s) failed: %s", slot, len(jobs), exc)
+        except Exception:
+            log.warning(
+                "preparing slot %s of %d job(s) failed",
+                slot,
+                len(jobs),
+                exc_info=True,
+                extra={"slot": slot},
+            )
 
     def _request(self, spec: JobSpec, slot: int, token: str | None = None) -> ClaimRequest:
         return ClaimRequest(

@@ -21,7 +21,13 @@ from ._runs import RunRecord, RunStatus
 if TYPE_CHECKING:
     from ._options import StoreOptions
 
-__all__ = ["ClaimStore", "LeaseStore", "SupportsClaimMany", "SupportsJobList"]
+__all__ = [
+    "ClaimStore",
+    "LeaseStore",
+    "SupportsClaimMany",
+    "SupportsJobList",
+    "SupportsPrepare",
+]
 
 
 class ClaimStore(abc.ABC):
@@ -147,4 +153,26 @@ class SupportsJobList(Protocol):
 
     async def jobs(self) -> list[str]:
         """The names of the jobs with at least one remembered run (or a floor, L11), sorted."""
+        ...
+
+
+@runtime_checkable
+class SupportsPrepare(Protocol):
+    """Optional: do a slot's groundwork ahead of time, so that its claims at the slot are cheap
+    (RabbitMQ creates each run's queue before the slot instead of in the winning claim).
+
+    The scheduler calls `prepare` about `prepare_ahead_ms` before a slot, with the jobs due at
+    it. Preparing decides nothing: every claim of a prepared slot answers exactly as it would
+    without the preparation (C1-C3 and T3 unchanged), preparing twice or after the claims changes
+    no outcome, and a slot prepared but never claimed is forgotten like any other. A failed
+    preparation is logged and ignored: the claim then does the work itself."""
+
+    @property
+    def prepare_ahead_ms(self) -> int:
+        """How long before a slot to prepare it; 0 turns preparing off."""
+        ...
+
+    async def prepare(self, jobs: Sequence[str], slot: int) -> None:
+        """Make the claims of `jobs` at `slot` cheaper when they come; raises on store errors
+        (which the scheduler logs and ignores)."""
         ...

@@ -45,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     Rule(id="ISO", description="isolation between jobs and between prefixes"),
     Rule(id="REC", description="reconnect after the server drops every connection; outages"),
     Rule(id="MODEL", description="stateful agreement with the memory:// reference model"),
+    Rule(id="PREP", description="preparing a slot ahead decides nothing (SupportsPrepare)"),
 )
 
 RULE_IDS = frozenset(r.id for r in RULES)

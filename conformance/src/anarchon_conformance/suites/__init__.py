@@ -11,6 +11,7 @@ from .idempotence import IdempotenceTests
 from .isolation import IsolationTests
 from .leases import LeaseTests
 from .memory_rule import MemoryRuleTests
+from .prepare import PrepareTests
 from .reconnect import ReconnectTests
 from .single_winner import SingleWinnerTests
 from .stateful import StatefulTests
@@ -22,6 +23,7 @@ __all__ = [
     "IsolationTests",
     "LeaseTests",
     "MemoryRuleTests",
+    "PrepareTests",
     "ReconnectTests",
     "SingleWinnerTests",
     "StatefulTests",
@@ -37,5 +39,6 @@ class ConformanceSuite(
     IsolationTests,
     ReconnectTests,
     StatefulTests,
+    PrepareTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""
