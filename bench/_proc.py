@@ -8,9 +8,9 @@ import multiprocessing
 import time
 from typing import Any
 
-from anarchon import ClaimRequest, Overlap, SupportsClaimMany, create_store
+from anarchon import ClaimRequest, Overlap, SupportsClaimMany, SupportsPrepare, create_store
 
-__all__ = ["run_instances"]
+__all__ = ["claim_runs", "prepare_slot", "run_instances"]
 
 Run = tuple[str, int]
 
@@ -27,6 +27,16 @@ def _requests(runs: list[Run], instance: str) -> list[ClaimRequest]:
         )
         for job, slot in runs
     ]
+
+
+async def prepare_slot(store: Any, jobs: list[str], slot: int) -> float | None:
+    """The scheduler's preparation of a slot (`SupportsPrepare`), timed; None if the store has
+    none (or it is turned off)."""
+    if not isinstance(store, SupportsPrepare) or store.prepare_ahead_ms <= 0:
+        return None
+    started = time.perf_counter()
+    await store.prepare(jobs, slot)
+    return time.perf_counter() - started
 
 
 async def claim_runs(
@@ -59,6 +69,8 @@ async def _instance(
     await store.open()
     try:
         requests = _requests(runs, instance)
+        for slot in sorted({s for _, s in runs}):  # as every scheduler does before a slot
+            await prepare_slot(store, [job for job, s in runs if s == slot], slot)
         await asyncio.to_thread(barrier.wait)
         started = time.time()
         won = await claim_runs(store, requests, batch, in_flight)

@@ -35,7 +35,8 @@ async def measure_latency(target: Target, n: int, rounds: int) -> dict[str, Any]
         count = WARMUP if r < 0 else per_round
         current: dict[str, list[float]] = {k: [] for k in kinds}
         for i in range(count):
-            won = target.win_request()  # built before the clock starts
+            won = target.win_request()  # built (and its slot prepared) before the clock starts
+            await target.ready(won)
             calls: dict[str, Callable[[], Awaitable[None]]] = {
                 "floor": target.floor,
                 "won": lambda won=won: target.win(won),  # type: ignore[misc]

@@ -6,12 +6,15 @@ Sequential claims, interleaved per iteration so machine load falls on all kinds 
 
 * floor: publish + confirm of a persistent message to an existing plain queue, on the store's own
   channel (the least a confirmed claim can cost); a transient floor is printed for reference;
-* won: a new slot each time (the broker creates the run's durable queue);
+* won: a new slot each time, its queue prepared ahead (untimed), as the scheduler does
+  `prepare_ahead_ms` before a slot;
+* won cold: a new slot each time, not prepared (the broker creates the run's durable queue in the
+  claim): what `anarchon.once` or a scheduler started within a slot's lead pays;
 * lost: a slot already claimed (the queue exists and is full: the broker refuses the publish).
 
-Then JOBS (10,000) jobs of one slot claimed concurrently by one instance (every claim creates a
-queue), and the same again by a second instance (every claim is lost). Queues are deleted after.
-Target (issue 7): claim <= 3x the floor; 10,000 jobs of one slot <= 5 s.
+Then JOBS (10,000) jobs of one slot: prepared (timed apart), claimed concurrently by one instance
+(all won) and again by a second (all lost); then another slot claimed cold. Queues are deleted
+after. Target (issue 7): claim <= 3x the floor; 10,000 jobs of one slot <= 5 s.
 """
 
 from __future__ import annotations
@@ -59,25 +62,28 @@ async def sequential(n: int, prefix: str, created: list[str]) -> None:
     await channel.queue_declare(floor_queue, durable=True, arguments={"x-max-length": 100})
     persistent = spec.Basic.Properties(delivery_mode=2)
     transient = spec.Basic.Properties(delivery_mode=1)
-    base = time.time_ns() // 1_000_000 - 1_000
+    # Slots 30 s ahead: the store prepares only slots that have not come yet.
+    base = time.time_ns() // 1_000_000 + 30_000
     lost_slot = base
     created.append(queue_name(prefix, "bench", lost_slot))
     assert (await store.claim(ClaimRequest(job="bench", slot=lost_slot, instance="b"))).won
-    samples: dict[str, list[float]] = {k: [] for k in ("floor", "transient", "won", "lost")}
+    kinds = ["floor", "transient", "won", "won cold", "lost"]
+    samples: dict[str, list[float]] = {k: [] for k in kinds}
     for i in range(WARMUP + n):
         slot = base - 1 - i  # a new run (queue) each time
-        created.append(queue_name(prefix, "bench", slot))
-        won_request = ClaimRequest(job="bench", slot=slot, instance="b")
-        lost_request = ClaimRequest(job="bench", slot=lost_slot, instance="b")
+        created += [queue_name(prefix, "bench", slot), queue_name(prefix, "cold", slot)]
+        await store.prepare(["bench"], slot)  # as the scheduler does, ahead of the slot
+        requests = {
+            "won": ClaimRequest(job="bench", slot=slot, instance="b"),
+            "won cold": ClaimRequest(job="cold", slot=slot, instance="b"),
+            "lost": ClaimRequest(job="bench", slot=lost_slot, instance="b"),
+        }
         timings: dict[str, float] = {}
-        kinds = ["floor", "transient", "won", "lost"]
-        kinds = kinds[i % 4 :] + kinds[: i % 4]
-        for kind in kinds:
+        for kind in kinds[i % 5 :] + kinds[: i % 5]:
             started = time.perf_counter()
-            if kind == "won":
-                assert (await store.claim(won_request)).outcome is Outcome.WON
-            elif kind == "lost":
-                assert (await store.claim(lost_request)).outcome is Outcome.LOST
+            if kind in requests:
+                claim = await store.claim(requests[kind])
+                assert claim.outcome is (Outcome.LOST if kind == "lost" else Outcome.WON), claim
             else:
                 await channel.basic_publish(
                     b"x" * 150,
@@ -92,31 +98,50 @@ async def sequential(n: int, prefix: str, created: list[str]) -> None:
     await store.close()
     floor, _ = _ms(samples["floor"])
     print(f"sequential claims, n={n} each (median / p99, ms; ratio of medians to the floor)")
-    for kind in ("floor", "transient", "won", "lost"):
+    print("  won: the run's queue was prepared ahead (the scheduler's path); won cold: not")
+    for kind in kinds:
         med, p99 = _ms(samples[kind])
         print(f"  {kind:9} {med:7.3f} / {p99:7.3f}   x{med / floor:5.2f}")
     transient_floor, _ = _ms(samples["transient"])
-    for kind in ("won", "lost"):
+    for kind in ("won", "won cold", "lost"):
         med, _ = _ms(samples[kind])
         print(f"  {kind} vs the transient floor: x{med / transient_floor:.2f}")
 
 
+async def _claim_all(store: RabbitMQStore, jobs: list[str], slot: int, label: str) -> None:
+    requests = [ClaimRequest(job=job, slot=slot, instance="b") for job in jobs]
+    started = time.perf_counter()
+    claims = await asyncio.gather(*(store.claim(r) for r in requests))
+    elapsed = time.perf_counter() - started
+    outcomes = {str(o): sum(c.outcome is o for c in claims) for o in Outcome}
+    print(
+        f"{len(jobs)} jobs of one slot, {label}: {elapsed:.2f} s "
+        f"({len(jobs) / elapsed:.0f} claims/s) { {k: v for k, v in outcomes.items() if v} }"
+    )
+
+
 async def one_slot(jobs: int, prefix: str, created: list[str]) -> None:
-    slot = time.time_ns() // 1_000_000
-    created.extend(queue_name(prefix, f"j{j}", slot) for j in range(jobs))
-    for label in ("first instance (every claim creates a queue)", "second instance (all lost)"):
-        store = RabbitMQStore.create(URL, prefix=prefix, confirm_timeout_ms="120s")
-        await store.open()
-        requests = [ClaimRequest(job=f"j{j}", slot=slot, instance="b") for j in range(jobs)]
+    """One slot of `jobs` jobs prepared ahead (as the scheduler does), claimed by a first
+    instance (all won) and a second (all lost); then another slot claimed cold."""
+    names = [f"j{j}" for j in range(jobs)]
+    slot = time.time_ns() // 1_000_000 + 58_000  # within the default lead (60 s) ahead
+    cold = slot - 1
+    created.extend(queue_name(prefix, job, s) for job in names for s in (slot, cold))
+    first = RabbitMQStore.create(URL, prefix=prefix, confirm_timeout_ms="120s")
+    second = RabbitMQStore.create(URL, prefix=prefix, confirm_timeout_ms="120s")
+    await first.open()
+    await second.open()
+    try:
         started = time.perf_counter()
-        claims = await asyncio.gather(*(store.claim(r) for r in requests))
+        await first.prepare(names, slot)
         elapsed = time.perf_counter() - started
-        outcomes = {str(o): sum(c.outcome is o for c in claims) for o in Outcome}
-        print(
-            f"{jobs} jobs of one slot, {label}: {elapsed:.2f} s "
-            f"({jobs / elapsed:.0f} claims/s) { {k: v for k, v in outcomes.items() if v} }"
-        )
-        await store.close()
+        print(f"{jobs} jobs of one slot prepared ahead: {elapsed:.2f} s ({jobs / elapsed:.0f}/s)")
+        await _claim_all(first, names, slot, "prepared, first instance")
+        await _claim_all(second, names, slot, "prepared, second instance (all lost)")
+        await _claim_all(first, names, cold, "cold, first instance (every claim creates a queue)")
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def main() -> None:

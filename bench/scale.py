@@ -1,6 +1,8 @@
 """Scale: many jobs due in the same slot, decided as the scheduler decides them (one
 ``claim_many`` where the store has it, else every claim at once): the time until every job of the
-slot has a winner, on one instance (100 to 10,000 jobs) and on 4 instances (processes) at once."""
+slot has a winner, on one instance (100 to 10,000 jobs) and on 4 instances (processes) at once.
+Where the store prepares slots ahead (`SupportsPrepare`), the slot is prepared first, as the
+scheduler does `prepare_ahead_ms` before it; that time is recorded apart (``prepared_s``)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Any
 
 from anarchon import SupportsClaimMany
 
-from ._proc import _requests, claim_runs, run_instances
-from ._targets import Target, wall_ms
+from ._proc import _requests, claim_runs, prepare_slot, run_instances
+from ._targets import Target
 
 __all__ = ["measure_scale"]
 
@@ -24,7 +26,7 @@ async def measure_scale(
     await store.open()
     biggest = max(*sizes, many)
     jobs = [f"s{j}" for j in range(biggest)]
-    base = wall_ms() - 5_000
+    base = target.slot_base()
     curve: list[dict[str, Any]] = []
     bound = target.in_flight
     path = "claim_many" if isinstance(store, SupportsClaimMany) else "gather"
@@ -53,11 +55,15 @@ async def measure_scale(
             await claim_runs(store, _requests([(j, base) for j in jobs], "bench:warm"), True, bound)
         for n, size in enumerate(sizes, start=1):
             requests = _requests([(j, base + n) for j in jobs[:size]], "bench:one")
+            prepared_s = await prepare_slot(store, jobs[:size], base + n)
             started = time.perf_counter()
             won = await claim_runs(store, requests, True, bound)
             elapsed = time.perf_counter() - started
             # A job not won by the only claimer is a failure of the slot (C4), not a time.
-            curve.append({"jobs": size, "seconds": elapsed, "not_won": won.count(False)})
+            point = {"jobs": size, "seconds": elapsed, "not_won": won.count(False)}
+            if prepared_s is not None:
+                point["prepared_s"] = prepared_s
+            curve.append(point)
     finally:
         await store.close()
     runs = [(j, base + len(sizes) + 1) for j in jobs[:many]]

@@ -1,7 +1,7 @@
 """Certify `amqp://` with the conformance kit, exactly as a third-party backend would.
 
 The backdoor is a passive queue declare on a raw aiormq connection, not the store's code. The
-queues the kit creates expire by themselves after ``slot_ttl`` (30 s here): AMQP cannot list
+queues the kit creates expire by themselves ``slot_ttl`` (30 s here) after their creation: AMQP cannot list
 queues, and the kit chooses the jobs and slots.
 """
 
@@ -21,6 +21,9 @@ AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.
 SLOT_TTL_MS = 30_000
 """Longer than the kit's oldest slot (the C1 process check claims about ten seconds back), short
 enough that the queues clean themselves up."""
+PREPARE_AHEAD_MS = 5_000
+"""The store then remembers a run 25 s after its slot (a prepared queue expires from its
+preparation)."""
 
 
 class RabbitMQHarness(BackendHarness):
@@ -42,7 +45,8 @@ class RabbitMQHarness(BackendHarness):
         if address is not None:
             user = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
             netloc = f"{user}{address[0]}:{address[1]}"
-        return f"{parts.scheme}://{netloc}{parts.path or '/'}?slot_ttl_ms={SLOT_TTL_MS}"
+        query = f"slot_ttl_ms={SLOT_TTL_MS}&prepare_ahead_ms={PREPARE_AHEAD_MS}"
+        return f"{parts.scheme}://{netloc}{parts.path or '/'}?{query}"
 
     def address(self) -> tuple[str, int] | None:
         parts = urlsplit(AMQP_URL)
@@ -57,7 +61,7 @@ class RabbitMQHarness(BackendHarness):
             overlap=False,
             history=False,
             store_clock=False,
-            remembers_ms=SLOT_TTL_MS,
+            remembers_ms=SLOT_TTL_MS - PREPARE_AHEAD_MS,
         )
 
     async def server_version(self) -> str:

@@ -102,7 +102,7 @@ async def test_T3_the_queue_expires_after_slot_ttl(prefix: str, cleanup: set[str
     slot = time.time_ns() // 1_000_000
     name = queue_name(prefix, "job", slot)
     cleanup.add(name)
-    async with connect(AMQP_URL, prefix=prefix, slot_ttl_ms=1000) as store:
+    async with connect(AMQP_URL, prefix=prefix, slot_ttl_ms=1000, prepare_ahead_ms=0) as store:
         assert store.capabilities.remembers_ms == 1000
         assert (await store.claim(request("job", slot))).won
         await asyncio.sleep(0.5)
@@ -116,7 +116,7 @@ async def test_T3_the_queue_expires_after_slot_ttl(prefix: str, cleanup: set[str
 
 
 def test_T3_scheduler_refuses_max_late_beyond_slot_ttl(prefix: str) -> None:
-    store = RabbitMQStore.create(AMQP_URL, prefix=prefix, slot_ttl_ms="30s")
+    store = RabbitMQStore.create(AMQP_URL, prefix=prefix, slot_ttl_ms="40s", prepare_ahead_ms="10s")
     assert store.capabilities.remembers_ms == 30_000
     scheduler = Scheduler(store, instance="test:1:0000", clock_skew="1s")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import aiormq
@@ -15,9 +17,13 @@ from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, red
 
 from ._options import RabbitMQOptions
 
-__all__ = ["Link", "broken", "driver_url"]
+__all__ = ["DECLARE_BATCH", "Link", "broken", "driver_url"]
 
 log = logging.getLogger("anarchon.rabbitmq")
+
+DECLARE_BATCH = 256
+"""`Link.declare` sends this many declarations (no-wait), then waits for the broker to reach
+them, so a preparation of thousands of queues never floods the broker or the connection."""
 
 _DRIVER_ERRORS = (
     aiormq.exceptions.AMQPError,
@@ -69,6 +75,8 @@ class Link:
         self._channels: list[AbstractChannel | None] = [None] * options.channels
         self._turn = 0
         self._lock = asyncio.Lock()
+        self._declaring: AbstractChannel | None = None
+        self._declare_lock = asyncio.Lock()
 
     # -- errors ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -127,6 +135,7 @@ class Link:
             return connection
         self._connection = None
         self._channels = [None] * len(self._channels)
+        self._declaring = None
         if connection is not None:
             await _quietly_close(connection)
         timeout = self._options.connect_timeout_ms / 1000
@@ -166,10 +175,51 @@ class Link:
         async with self._lock:
             await self._connected()
 
+    async def declare(
+        self, queues: Sequence[str], arguments: dict[str, Any], until: Callable[[], bool]
+    ) -> None:
+        """Declare durable `queues` with `arguments` on a channel of their own (not a claim's:
+        a claim queued behind thousands of declarations would wait for them), `DECLARE_BATCH`
+        at a time, stopping early once `until()` is true. Raises `StoreUnavailable` if the link
+        breaks, and the driver's channel error if the broker refuses a declaration (which closes
+        that channel)."""
+        async with self._declare_lock:
+            channel = self._declaring
+            if channel is None or channel.is_closed or not self.connected:
+                async with self._lock:
+                    connection = await self._connected()
+                try:
+                    channel = await asyncio.wait_for(
+                        connection.channel(publisher_confirms=False),
+                        self._options.connect_timeout_ms / 1000,
+                    )
+                except Exception as exc:
+                    if not broken(exc):
+                        raise
+                    raise self.unavailable("cannot open a channel", exc) from None
+                self._declaring = channel
+            try:
+                for start in range(0, len(queues), DECLARE_BATCH):
+                    if until():
+                        return
+                    for queue in queues[start : start + DECLARE_BATCH]:
+                        await channel.queue_declare(
+                            queue, durable=True, nowait=True, arguments=arguments
+                        )
+                    # A round trip behind them: the broker has handled every declaration sent.
+                    await channel.basic_qos(prefetch_count=0)
+            except aiormq.exceptions.ChannelClosed:
+                raise  # the broker refused one (PRECONDITION_FAILED, ACCESS_REFUSED)
+            except Exception as exc:
+                if not broken(exc):
+                    raise
+                raise self.unavailable(f"declaring {len(queues)} queue(s) failed", exc) from None
+
     async def message_count(self, queue: str) -> int:
         """Messages in `queue` (0 if it does not exist), by a passive declare on a short-lived
-        channel: it never consumes. Like any declaration it restarts the queue's expiry timer,
-        which only makes RabbitMQ remember the run longer. Raises `StoreUnavailable`."""
+        channel: it never consumes. Like any declaration the broker answers (not no-wait ones),
+        it restarts the queue's expiry timer, which only makes RabbitMQ remember the run longer.
+        Raises `StoreUnavailable`."""
         async with self._lock:
             connection = await self._connected()
         try:
@@ -184,6 +234,7 @@ class Link:
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         self._channels = [None] * len(self._channels)
+        self._declaring = None
         if connection is not None:
             await _quietly_close(connection)
 

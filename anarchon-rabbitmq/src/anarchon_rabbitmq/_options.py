@@ -6,9 +6,10 @@ from typing import Any
 
 import attrs
 
-from anarchon import ConfigError, DurationMs, StoreOptions
+from anarchon import ConfigError, DurationMs, DurationMsOrZero, StoreOptions
 
 __all__ = [
+    "DEFAULT_PREPARE_AHEAD_MS",
     "DEFAULT_SLOT_TTL_MS",
     "MAX_SLOT_TTL_MS",
     "MIN_SLOT_TTL_MS",
@@ -19,6 +20,10 @@ DEFAULT_SLOT_TTL_MS = 600_000
 """Ten minutes: far above the runtime's longest default ``max_late`` (one minute) plus skew, and
 short enough that a job firing every second keeps only about 600 queues alive."""
 MIN_SLOT_TTL_MS = 1_000
+DEFAULT_PREPARE_AHEAD_MS = 60_000
+"""A minute: time to create 10,000 queues before a slot (about 300 a second on the 2-core test
+machine), well inside the default `slot_ttl_ms`."""
+MAX_PREPARE_AHEAD_MS = 3_600_000
 MAX_SLOT_TTL_MS = 7 * 86_400_000
 """A week: RabbitMQ keeps one queue per run for this long."""
 
@@ -45,10 +50,20 @@ class RabbitMQOptions(StoreOptions):
         default=DurationMs(DEFAULT_SLOT_TTL_MS),
         validator=_bounded(MIN_SLOT_TTL_MS, MAX_SLOT_TTL_MS, " ms (1 s to 7 days)"),
     )
-    """How long RabbitMQ remembers a run: the ``x-expires`` of each run's queue, counted from the
-    last claim that declared it. It is `Capabilities.remembers_ms`, so the scheduler refuses a job
-    whose ``max_late`` plus clock skew exceeds it (T3). Every instance of a deployment must use the
-    same value (RabbitMQ refuses a queue declared with another one)."""
+    """The ``x-expires`` of each run's queue: RabbitMQ deletes it, and forgets the run, this long
+    after the queue was created (by the first claim, or ahead of its slot by `prepare`). The
+    store remembers a run ``slot_ttl_ms - prepare_ahead_ms`` after its slot
+    (`Capabilities.remembers_ms`), so the scheduler refuses a job whose ``max_late`` plus clock
+    skew exceeds that (T3). Every instance of a deployment must use the same value (RabbitMQ
+    refuses a queue declared with another one)."""
+    prepare_ahead_ms: DurationMsOrZero = attrs.field(
+        default=DurationMsOrZero(DEFAULT_PREPARE_AHEAD_MS),
+        validator=_bounded(0, MAX_PREPARE_AHEAD_MS, " ms (0 to 1 hour)"),
+    )
+    """How long before a slot the scheduler declares its runs' queues, so that the winning claim
+    finds its queue made (creating a durable queue is most of a new run's cost). At most half of
+    `slot_ttl_ms` is used; 0 turns preparing off. It never changes an outcome, but a queue made
+    earlier expires earlier: the store remembers a run ``slot_ttl_ms`` minus this after its slot."""
     channels: int = attrs.field(default=4, validator=_bounded(1, 64))
     """Confirm channels per store, used in turn: RabbitMQ creates queues in parallel across
     channels, so concurrent first claims of many jobs finish sooner."""

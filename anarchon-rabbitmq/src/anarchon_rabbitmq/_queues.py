@@ -23,8 +23,10 @@ def queue_name(prefix: str, job: str, slot: int) -> str:
 
 def queue_arguments(slot_ttl_ms: int) -> dict[str, Any]:
     """A gate that holds one message and refuses the rest, and forgets itself `slot_ttl_ms` after
-    the last declaration. ``x-queue-type`` is explicit, so a virtual host whose default type is
-    quorum cannot change it, and an existing queue of another type is refused by the broker."""
+    the last declaration the broker answered (the claims' no-wait declarations do not count: in
+    practice, after its creation). ``x-queue-type`` is explicit, so a virtual host whose default
+    type is quorum cannot change it, and an existing queue of another type is refused by the
+    broker."""
     return {
         "x-queue-type": QUEUE_TYPE,
         "x-max-length": 1,

@@ -1,6 +1,8 @@
 """`amqp://` and `amqps://`: each run is a durable classic queue that holds at most one message;
 the claim that fills it wins. One round trip per claim: the queue's declaration (no-wait) and the
-claim's publish leave together, and the publisher confirm answers both."""
+claim's publish leave together, and the publisher confirm answers both. The scheduler has the
+queues declared ahead of their slot (`prepare`), so that the winning claim does not wait for the
+broker to create one."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Sequence
 from typing import ClassVar
 
 import aiormq
@@ -70,6 +73,14 @@ class RabbitMQStore(ClaimStore):
 
     No store clock: lateness is judged by this instance's clock (T4), and a slot older than
     ``slot_ttl_ms`` is `late` whatever ``max_late`` says, because the broker may have forgotten it.
+
+    `prepare` (`anarchon.abc.SupportsPrepare`) declares the queues of a coming slot ahead of it:
+    creating a durable queue costs the broker several times a publish, and ahead of the slot it
+    costs no claim anything. It decides nothing (an empty queue is no claim). A queue expires
+    ``slot_ttl_ms`` after it was created: the claims declare it no-wait, and RabbitMQ restarts
+    the expiry only for a declaration it answers. So a prepared run is remembered
+    ``slot_ttl_ms - prepare_ahead_ms`` after its slot (`Capabilities.remembers_ms`, T3), and
+    `prepare` declares nothing for a slot further ahead than that.
     """
 
     Options: ClassVar[type[StoreOptions]] = RabbitMQOptions
@@ -112,7 +123,9 @@ class RabbitMQStore(ClaimStore):
             history=False,
             store_clock=False,
             batch=False,
-            remembers_ms=self.options.slot_ttl_ms,
+            # A queue expires slot_ttl_ms after its creation (the claims' no-wait declarations
+            # do not restart the timer); a prepared one is created up to prepare_ahead_ms early.
+            remembers_ms=self.options.slot_ttl_ms - self.prepare_ahead_ms,
         )
 
     async def open(self) -> None:
@@ -135,6 +148,34 @@ class RabbitMQStore(ClaimStore):
     async def now_ms(self) -> int | None:
         """None: RabbitMQ has no clock to read (T4: lateness by the instance's clock)."""
         return None
+
+    @property
+    def prepare_ahead_ms(self) -> int:
+        """``prepare_ahead_ms``, at most half of ``slot_ttl_ms`` (a queue declared earlier could
+        expire before its slot)."""
+        return min(self.options.prepare_ahead_ms, self.options.slot_ttl_ms // 2)
+
+    async def prepare(self, jobs: Sequence[str], slot: int) -> None:
+        """Declare the runs' queues of `jobs` at `slot` now, on a channel of their own, so that
+        the claims at the slot find them made; from the slot on, the claims declare whatever is
+        left. Nothing for a slot more than `prepare_ahead_ms` ahead by this instance's clock:
+        its queue would be forgotten sooner than `remembers_ms` says. Raises what a claim's declaration would: `StoreUnavailable`, `StoreCorrupt` for a
+        foreign queue of the same name, `ConfigError` for missing permissions."""
+        if self._closed:
+            raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
+        if not jobs or slot - _wall_ms() > self.prepare_ahead_ms:
+            return
+        queues = [queue_name(self.options.prefix, job, slot) for job in jobs]
+        try:
+            # Once the slot has come, its claims declare the rest of the queues themselves.
+            await self._link.declare(queues, self._arguments, until=lambda: _wall_ms() >= slot)
+        except aiormq.exceptions.ChannelClosed as exc:
+            refused = next((q for q in queues if f"'{q}'" in str(exc)), None)
+            if refused is None:
+                raise self._link.unavailable(
+                    f"preparing {len(queues)} queue(s) failed", exc
+                ) from None
+            raise self._refusal(exc, refused) from None
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         """Always empty: a claim queue is never read (reading would consume the claim), so
@@ -253,16 +294,22 @@ class RabbitMQStore(ClaimStore):
             exc,
             (aiormq.exceptions.ChannelPreconditionFailed, aiormq.exceptions.ChannelAccessRefused),
         ) and f"'{queue}'" in str(exc):
-            if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
-                raise ConfigError(
-                    f"RabbitMQ at {self._link.shown} refused queue {queue!r}: "
-                    f"{self._link.scrub(str(exc))}. The user needs configure and write "
-                    f"permissions on queues named '{self.options.prefix}\\..*' (never read)"
-                ) from None
-            raise explain_refusal(queue, self._link.scrub(str(exc)), self.options.slot_ttl_ms)
+            raise self._refusal(exc, queue) from None
         if broken(exc):
             return await self._settle(request, queue, f"{type(exc).__name__} before the confirm")
         raise exc
+
+    def _refusal(self, exc: BaseException, queue: str) -> Exception:
+        """The broker's refusal to declare `queue` as a claim queue, as anarchon's error."""
+        if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
+            return ConfigError(
+                f"RabbitMQ at {self._link.shown} refused queue {queue!r}: "
+                f"{self._link.scrub(str(exc))}. The user needs configure and write "
+                f"permissions on queues named '{self.options.prefix}\\..*' (never read)"
+            )
+        if isinstance(exc, aiormq.exceptions.ChannelPreconditionFailed):
+            return explain_refusal(queue, self._link.scrub(str(exc)), self.options.slot_ttl_ms)
+        return self._link.unavailable(f"the broker closed the channel declaring {queue!r}", exc)
 
     async def _settle(self, request: ClaimRequest, queue: str, cause: str) -> Claim:
         """The claim was sent and its answer lost: find out whether it can have been stored."""

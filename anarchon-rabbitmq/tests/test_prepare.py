@@ -1,0 +1,164 @@
+"""Preparing slots ahead on the real broker: `prepare` declares each run's queue empty, the claims
+then fill it as before, a prepared queue is remembered from its claim on (T3), refusals are named,
+and the scheduler prepares every slot before it comes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import aiormq
+import pytest
+from core_helpers import eventually
+
+from anarchon import (
+    ClaimRequest,
+    ConfigError,
+    Outcome,
+    Run,
+    Scheduler,
+    StoreCorrupt,
+    StoreUnavailable,
+    SupportsPrepare,
+    connect,
+)
+from anarchon_rabbitmq import RabbitMQStore, queue_name
+
+from .conftest import AMQP_URL, message_count
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def request(job: str, slot: int, **kw: object) -> ClaimRequest:
+    return ClaimRequest(job=job, slot=slot, instance="test:1:0000", **kw)  # type: ignore[arg-type]
+
+
+async def test_prepare_declares_empty_queues_that_the_claims_fill(
+    prefix: str, cleanup: set[str]
+) -> None:
+    slot = now_ms() // 1000 * 1000 + 2000
+    jobs = ["a", "b", "c"]
+    names = [queue_name(prefix, job, slot) for job in jobs]
+    cleanup.update(names)
+    async with connect(AMQP_URL, prefix=prefix) as store, connect(AMQP_URL, prefix=prefix) as other:
+        assert isinstance(store, SupportsPrepare)
+        await store.prepare(jobs, slot)
+        await store.prepare(jobs, slot)
+        assert [await message_count(n) for n in names] == [0, 0, 0], "prepared, not claimed"
+        assert (await other.claim(request("a", slot))).won, "whoever claims first wins"
+        assert (await store.claim(request("a", slot))).outcome is Outcome.LOST
+        assert (await store.claim(request("b", slot))).won
+        assert [await message_count(n) for n in names] == [1, 1, 0]
+
+
+async def test_T3_a_prepared_run_is_remembered_slot_ttl_minus_the_lead(
+    prefix: str, cleanup: set[str]
+) -> None:
+    """slot_ttl 4 s, prepared 2 s ahead: remembers_ms is 2 s. The claims do not restart the
+    queue's expiry (no-wait declarations), so the run is gone 4 s after the preparation, and the
+    store must not have promised more."""
+    async with connect(AMQP_URL, prefix=prefix, slot_ttl_ms=4000, prepare_ahead_ms=2000) as store:
+        assert isinstance(store, SupportsPrepare)
+        assert store.prepare_ahead_ms == 2000
+        assert store.capabilities.remembers_ms == 2000
+        slot = now_ms() + 2000
+        name = queue_name(prefix, "job", slot)
+        cleanup.add(name)
+        prepared_at = time.monotonic()
+        await store.prepare(["job"], slot)
+        assert await message_count(name) == 0  # a passive declare: restarts the expiry, once
+        await asyncio.sleep(max(0.0, prepared_at + 2.0 - time.monotonic()))
+        assert (await store.claim(request("job", slot, max_late_ms=1900))).won
+        await asyncio.sleep(max(0.0, prepared_at + 3.0 - time.monotonic()))
+        lost = await store.claim(request("job", slot, max_late_ms=1900))
+        assert lost.outcome is Outcome.LOST, f"remembered 1 s after its slot: {lost}"
+        await asyncio.sleep(max(0.0, prepared_at + 5.0 - time.monotonic()))
+        assert await message_count(name) is None, "expired by its preparation's clock"
+
+
+async def test_a_slot_further_ahead_than_the_lead_is_not_prepared(prefix: str) -> None:
+    async with connect(AMQP_URL, prefix=prefix, prepare_ahead_ms="2s") as store:
+        assert isinstance(store, SupportsPrepare)
+        slot = now_ms() + 10_000
+        await store.prepare(["job"], slot)
+        assert await message_count(queue_name(prefix, "job", slot)) is None, (
+            "prepared too early: the queue would expire before remembers_ms after its slot"
+        )
+
+
+def test_prepare_ahead_is_an_option_bounded_by_slot_ttl() -> None:
+    default = RabbitMQStore.create(AMQP_URL)
+    assert default.prepare_ahead_ms == 60_000
+    assert default.capabilities.remembers_ms == 600_000 - 60_000
+    assert RabbitMQStore.create(AMQP_URL, prepare_ahead_ms="2s").prepare_ahead_ms == 2_000
+    short = RabbitMQStore.create(AMQP_URL, slot_ttl_ms="10s", prepare_ahead_ms="1m")
+    assert short.prepare_ahead_ms == 5_000, "at most half of slot_ttl"
+    assert short.capabilities.remembers_ms == 5_000
+    off = RabbitMQStore.create(AMQP_URL, prepare_ahead_ms=0)
+    assert off.prepare_ahead_ms == 0 and off.capabilities.remembers_ms == 600_000
+    with pytest.raises(ConfigError, match="prepare_ahead_ms: duration must be 0 or more"):
+        RabbitMQStore.create(AMQP_URL, prepare_ahead_ms=-1)
+
+
+async def test_preparing_a_foreign_queue_is_refused_by_name(prefix: str, cleanup: set[str]) -> None:
+    slot = now_ms() // 1000 * 1000 + 5000
+    foreign = queue_name(prefix, "job", slot)
+    cleanup.update({foreign, queue_name(prefix, "fine", slot)})
+    connection = await aiormq.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        await channel.queue_declare(foreign, durable=True, arguments={"x-max-length": 5})
+    finally:
+        await connection.close()
+    async with connect(AMQP_URL, prefix=prefix) as store:
+        assert isinstance(store, SupportsPrepare)
+        with pytest.raises(StoreCorrupt) as info:
+            await store.prepare(["fine", "job"], slot)
+        assert foreign in str(info.value)
+        await store.prepare(["fine"], slot)  # a new channel: the others are not affected
+        assert await message_count(queue_name(prefix, "fine", slot)) == 0
+        assert (await store.claim(request("fine", slot))).won
+
+
+async def test_preparing_with_the_broker_unreachable_is_store_unavailable(prefix: str) -> None:
+    store = RabbitMQStore.create(
+        "amqp://guest:guest@127.0.0.1:1/", prefix=prefix, connect_timeout_ms=500
+    )
+    with pytest.raises(StoreUnavailable):
+        await store.prepare(["job"], now_ms() + 5000)
+
+
+class WatchedStore(RabbitMQStore):
+    """The real store, noting what each preparation left on the broker."""
+
+    prepared: dict[int, list[int | None]]
+
+    async def prepare(self, jobs: Sequence[str], slot: int) -> None:
+        await super().prepare(jobs, slot)
+        counts = [await message_count(queue_name(self.options.prefix, j, slot)) for j in jobs]
+        self.prepared.setdefault(slot, counts)
+
+
+async def test_the_scheduler_prepares_every_slot_before_it_comes(
+    prefix: str, cleanup: set[str]
+) -> None:
+    store = WatchedStore.create(AMQP_URL, prefix=prefix, slot_ttl_ms="1m")
+    assert isinstance(store, WatchedStore)
+    store.prepared = {}
+    ran: list[int] = []
+    scheduler = Scheduler(store, instance="test:1:0000", environ={})
+
+    @scheduler.job("* * * * * *", name="tick", max_late="500ms")
+    def tick(run: Run) -> None:
+        ran.append(run.slot)
+
+    async with scheduler:
+        await eventually(lambda: len(ran) >= 3, 15, "three runs")
+    cleanup.update(queue_name(prefix, "tick", s) for s in [*ran, *store.prepared])
+    prepared_and_ran = [s for s in ran if s in store.prepared]
+    assert len(prepared_and_ran) >= 2, f"ran {ran}, prepared {sorted(store.prepared)}"
+    for slot in prepared_and_ran:
+        assert store.prepared[slot] == [0], f"slot {slot}: prepared queue not empty and there"
