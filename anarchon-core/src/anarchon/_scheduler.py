@@ -9,24 +9,24 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
 from typing_extensions import Self
 
-from ._claiming import TRANSPORT_ERRORS, Claimer, StoreHealth
-from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
+from ._claiming import Claimer, StoreHealth
+from ._claims import Claim, Overlap
 from ._clock import LocalClock, StoreClock, SystemClock
 from ._config import Settings, load_settings
 from ._connect import create_store
+from ._dispatcher import Dispatcher
 from ._durations import DurationLike
 from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
-from ._jobs import JobSpec, call_job, fit_to_store, make_job
+from ._jobs import JobSpec, fit_to_store, make_job
 from ._runner import Execution
-from ._timetable import Timetable
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsPrepare
+from .abc import ClaimStore
 from .plugins import PluginManager, plugin_manager
 
 __all__ = ["Scheduler", "default_instance_id"]
@@ -34,10 +34,6 @@ __all__ = ["Scheduler", "default_instance_id"]
 log = logging.getLogger("anarchon.scheduler")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-MAX_SLEEP_S = 1.0
-"""The dispatcher never sleeps longer than this, so a wall-clock jump is seen within a second (T5)."""
-CLOCK_REFRESH_S = 60.0
 
 
 def default_instance_id() -> str:
@@ -111,15 +107,32 @@ class Scheduler:
             now_ms=self.store_clock.now_ms,
             timeout_s=settings.claim_timeout_ms / 1000,
         )
-        self.executions: set[Execution] = set()
-        self.last_claims: dict[str, tuple[int, Claim]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.dispatcher = Dispatcher(
+            store=self.store,
+            instance=self.instance,
+            store_clock=self.store_clock,
+            claimer=self.claimer,
+            store_health=self.store_health,
+            events=self.events,
+            clock_skew_ms=settings.clock_skew_ms,
+            claim_timeout_s=settings.claim_timeout_ms / 1000,
+        )
         self._dispatcher: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._stop_requested = False
         self._started = False
         self._started_at: int | None = None
         self._health_server: HealthServer | None = None
+
+    @property
+    def executions(self) -> set[Execution]:
+        """The runs this instance is executing now."""
+        return self.dispatcher.executions
+
+    @property
+    def last_claims(self) -> dict[str, tuple[int, Claim]]:
+        """Per job, the latest slot this instance claimed and the answer."""
+        return self.dispatcher.last_claims
 
     # -- jobs -----------------------------------------------------------------------------------
     def job(
@@ -207,7 +220,9 @@ class Scheduler:
         if self._stop_requested:
             self._stop.set()
         self.claimer.stopping = asyncio.Event()
-        self._dispatcher = asyncio.create_task(self._dispatch(), name="anarchon-dispatcher")
+        self._dispatcher = asyncio.create_task(
+            self.dispatcher.run(self.jobs, self._stop), name="anarchon-dispatcher"
+        )
         self._started_at = time.time_ns() // 1_000_000
         if self.settings.health_port is not None and self._health_server is None:
             await self.serve_health(self.settings.health_port)
@@ -259,9 +274,10 @@ class Scheduler:
             )
             for execution in [e for e in self.executions if not e.done.is_set()]:
                 await execution.abandon()
-        for task in self._tasks:
+        tasks = list(self.dispatcher.tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._dispatcher is not None:
             await asyncio.gather(self._dispatcher, return_exceptions=True)
         if self._owns_store:
@@ -367,151 +383,3 @@ class Scheduler:
         await server.start()
         self._health_server = server
         return server
-
-    # -- dispatching ----------------------------------------------------------------------------
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        """Background tasks never fail silently: store errors count as an outage, anything else
-        is logged with its traceback."""
-        self._tasks.discard(task)
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        assert exc is not None
-        if isinstance(exc, TRANSPORT_ERRORS):
-            self.store_health.failed(task.get_name(), exc)
-        else:
-            log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
-
-    async def _dispatch(self) -> None:
-        """One timer for all jobs: sleep on the monotonic clock until the earliest slot (or
-        preparation) is reached by the store-corrected clock (T2), never earlier; the timetable
-        fires each job's slots in order, so a backward jump never fires one twice (T5)."""
-        store = self.store
-        ahead = store.prepare_ahead_ms if isinstance(store, SupportsPrepare) else 0
-        timetable = Timetable(
-            self.jobs,
-            self.store_clock.now_ms(),
-            clock_skew_ms=self.settings.clock_skew_ms,
-            prepare_ahead_ms=ahead,
-        )
-        next_refresh = time.monotonic() + CLOCK_REFRESH_S
-        while timetable:
-            if time.monotonic() >= next_refresh:
-                self._spawn(self.store_clock.measure(), "anarchon-clock")
-                next_refresh = time.monotonic() + CLOCK_REFRESH_S
-            now = self.store_clock.now_ms()
-            for slot, jobs in timetable.prepares_due(now):
-                self._spawn(self._prepare(jobs, slot), f"anarchon-prepare-{slot}")
-            due = timetable.slot_due(now)
-            if due is not None:
-                slot, fresh = due
-                if fresh:
-                    self._spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
-                continue
-            wake_at = timetable.wake_at()
-            assert wake_at is not None
-            await asyncio.sleep(min(max(wake_at - now, 0) / 1000, MAX_SLEEP_S))
-
-    async def _prepare(self, jobs: Sequence[str], slot: int) -> None:
-        """The store's groundwork for a coming slot. Best effort: a failure is logged and the
-        claims do the work themselves (a store outage is reported by the claims, once)."""
-        store = self.store
-        assert isinstance(store, SupportsPrepare)
-        try:
-            await asyncio.wait_for(store.prepare(jobs, slot), self.settings.claim_timeout_ms / 1000)
-        except asyncio.CancelledError:
-            raise
-        except TRANSPORT_ERRORS as exc:
-            log.debug("preparing slot %s of %d job(s) failed: %s", slot, len(jobs), exc)
-        except Exception:
-            log.warning(
-                "preparing slot %s of %d job(s) failed",
-                slot,
-                len(jobs),
-                exc_info=True,
-                extra={"slot": slot},
-            )
-
-    def _request(self, spec: JobSpec, slot: int, token: str | None = None) -> ClaimRequest:
-        return ClaimRequest(
-            job=spec.name,
-            slot=slot,
-            token=token or new_token(),
-            instance=self.instance,
-            lease_ms=spec.lease_ms,
-            max_late_ms=spec.max_late_ms,
-            overlap=spec.overlap or Overlap.ALLOW,
-            attempts=spec.attempts,
-        )
-
-    async def _claim_slot(self, specs: Sequence[JobSpec], slot: int) -> None:
-        requests = [self._request(spec, slot) for spec in specs]
-        sent_at = time.monotonic()
-        store = self.store
-        if len(requests) > 1 and isinstance(store, SupportsClaimMany):
-            claims = await self.claimer.claim_many(store.claim_many, requests)
-        else:
-            claims = list(
-                await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
-            )
-        for spec, request, claim in zip(specs, requests, claims, strict=True):
-            self.last_claims[spec.name] = (slot, claim)
-            if claim.won:
-                await self._execute(spec, request, claim, sent_at)
-            elif claim.outcome is Outcome.RUNNING and isinstance(store, LeaseStore):
-                self._spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
-
-    async def _execute(
-        self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
-    ) -> None:
-        execution = Execution(
-            spec=spec,
-            body=lambda run: call_job(spec, run),
-            store=self.store,
-            attempt=claim.attempt,
-            slot=request.slot,
-            token=request.token,
-            sent_at=sent_at,
-            instance=self.instance,
-            health=self.store_health,
-            events=self.events,
-        )
-        self.executions.add(execution)
-        task = asyncio.create_task(execution(), name=f"anarchon-run-{spec.name}-{request.slot}")
-        self._tasks.add(task)
-
-        def finished(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            self.executions.discard(execution)
-
-        task.add_done_callback(finished)
-
-    async def _backup(self, spec: JobSpec, slot: int) -> None:
-        """L10: check every heartbeat until the run is done or this instance wins a takeover."""
-        store = self.store
-        assert isinstance(store, LeaseStore)
-        request = self._request(spec, slot)
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), spec.heartbeat_ms / 1000)
-                return
-            except asyncio.TimeoutError:
-                pass
-            sent_at = time.monotonic()
-            claim = await self.claimer.call(
-                "check", lambda: store.check(request), give_up=lambda: False
-            )
-            if claim is None:
-                return
-            if claim.won:
-                self.last_claims[spec.name] = (slot, claim)
-                self.claimer._decided(request, claim, time.perf_counter())
-                await self._execute(spec, request, claim, sent_at)
-                return
-            if claim.outcome is not Outcome.RUNNING:
-                return
