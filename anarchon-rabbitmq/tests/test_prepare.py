@@ -162,3 +162,18 @@ async def test_the_scheduler_prepares_every_slot_before_it_comes(
     assert len(prepared_and_ran) >= 2, f"ran {ran}, prepared {sorted(store.prepared)}"
     for slot in prepared_and_ran:
         assert store.prepared[slot] == [0], f"slot {slot}: prepared queue not empty and there"
+
+
+async def test_a_preparation_cut_short_leaves_the_store_working(prefix: str) -> None:
+    """The scheduler bounds a preparation in time; cancelled mid-batch, the next one and the
+    claims still work (the queues expire by themselves after slot_ttl)."""
+    async with connect(AMQP_URL, prefix=prefix, slot_ttl_ms="30s") as store:
+        assert isinstance(store, SupportsPrepare)
+        slot = now_ms() + 10_000
+        jobs = [f"j{n}" for n in range(3000)]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(store.prepare(jobs, slot), 0.2)
+        await store.prepare(["after"], slot)
+        assert await message_count(queue_name(prefix, "after", slot)) == 0
+        assert (await store.claim(request("after", slot))).won
+        assert (await store.claim(request("j2999", slot))).won

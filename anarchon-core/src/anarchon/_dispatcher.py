@@ -111,8 +111,10 @@ class Dispatcher:
         claims do the work themselves (a store outage is reported by the claims, once)."""
         store = self.store
         assert isinstance(store, SupportsPrepare)
+        # It may take until the slot (thousands of queues), and then one claim's time.
+        until_slot_s = max(slot - self.store_clock.now_ms(), 0) / 1000
         try:
-            await asyncio.wait_for(store.prepare(jobs, slot), self.claim_timeout_s)
+            await asyncio.wait_for(store.prepare(jobs, slot), until_slot_s + self.claim_timeout_s)
         except asyncio.CancelledError:
             raise
         except TRANSPORT_ERRORS as exc:

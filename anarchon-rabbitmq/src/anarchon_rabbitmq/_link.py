@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -77,6 +77,7 @@ class Link:
         self._lock = asyncio.Lock()
         self._declaring: AbstractChannel | None = None
         self._declare_lock = asyncio.Lock()
+        self._pending: set[asyncio.Future[None]] = set()
 
     # -- errors ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -208,12 +209,22 @@ class Link:
                         )
                     # A round trip behind them: the broker has handled every declaration sent.
                     await channel.basic_qos(prefetch_count=0)
+            except asyncio.CancelledError:
+                # A reply may still be on its way: the next preparation takes a new channel.
+                self._declaring = None
+                self._background(_quietly_close(channel))
+                raise
             except aiormq.exceptions.ChannelClosed:
                 raise  # the broker refused one (PRECONDITION_FAILED, ACCESS_REFUSED)
             except Exception as exc:
                 if not broken(exc):
                     raise
                 raise self.unavailable(f"declaring {len(queues)} queue(s) failed", exc) from None
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     async def message_count(self, queue: str) -> int:
         """Messages in `queue` (0 if it does not exist), by a passive declare on a short-lived
