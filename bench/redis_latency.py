@@ -76,8 +76,8 @@ async def bench(url: str, strategy: str, n: int) -> None:
             times["lost"].append(await timed(lambda r=lost: store.claim(r)))  # type: ignore[misc]
             times["lean ping"].append(await timed(lambda: _wire.send(pool, [lean_ping])))
             if strategy == "lease":
-                call = _wire.evalsha(
-                    floor_sha,
+                call = _wire.invoke(
+                    f"$7\r\nEVALSHA\r\n$40\r\n{floor_sha}\r\n",
                     store.keys_per_job,  # type: ignore[attr-defined]
                     store._wire_keys(won.job),
                     2,

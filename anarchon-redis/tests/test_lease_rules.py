@@ -10,6 +10,7 @@ import pytest
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus, StoreCorrupt
 from anarchon_redis import JobKeys, RedisLeaseStore, testing
+from anarchon_redis._lease import LEASE
 
 if TYPE_CHECKING:
     from conftest import Env
@@ -226,6 +227,27 @@ async def test_script_reloaded_after_script_flush(env: Env) -> None:
     store = await env.lease_store()
     await env.raw.script_flush()
     assert (await store.claim(env.request("job", await env.slot()))).won
+
+
+@pytest.mark.parametrize("server", ["redis", "valkey"])
+async def test_claims_are_a_function_loaded_again_after_function_flush(
+    env_on: Any, server: str
+) -> None:
+    env = await env_on(server)
+    store = await env.lease_store()
+    assert isinstance(store, RedisLeaseStore) and store._functions, "Redis 7+ and Valkey: FCALL"
+    slot = await env.slot()
+    first = env.request("job", slot)
+    assert (await store.claim(first)).won
+    library = LEASE.function
+    # as a restart without persistence forgets functions (only ours: the server is shared)
+    await env.raw.function_delete(library)
+    assert (await store.claim(env.request("job2", slot))).won
+    await env.raw.function_delete(library)
+    claims = await store.claim_many([env.request(f"b{i}", slot) for i in range(3)])
+    assert all(c.won for c in claims)
+    assert await store.renew("job", slot, first.token, 60_000)  # renew is a script: unaffected
+    assert await env.raw.function_list(library=library), "loaded again"
 
 
 async def test_now_ms_is_redis_time(env: Env) -> None:

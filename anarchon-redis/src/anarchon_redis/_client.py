@@ -74,15 +74,56 @@ def _script_source(name: str) -> str:
 class Script:
     """A Lua script from ``_scripts/``: loaded once at `open`, run with EVALSHA, sent whole again
     when the server answers NOSCRIPT (a restart or SCRIPT FLUSH forgot it). A claim script
-    (`claims`) gets ``batch.lua`` in front: what the claim scripts share."""
+    (`claims`) gets ``batch.lua`` in front: what the claim scripts share.
 
-    def __init__(self, name: str, *, claims: bool = False) -> None:
+    A script whose body defines one function, `entry`, can also be a Redis function (Redis 7+,
+    Valkey): the library is loaded once per server and called with FCALL, and its helpers are
+    defined once when it loads instead of on every call (about 9 µs less per lease claim here).
+    Library and function are named after the script's SHA1, so instances running different
+    versions each call their own."""
+
+    def __init__(self, name: str, *, claims: bool = False, entry: str | None = None) -> None:
         self.name = name
-        self.source = (_script_source("batch.lua") if claims else "") + _script_source(name)
+        body = (_script_source("batch.lua") if claims else "") + _script_source(name)
+        self.source = body + (f"\nreturn {entry}()\n" if entry else "")
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # Redis names scripts by SHA1
+        self.eval_head = f"$7\r\nEVALSHA\r\n$40\r\n{self.sha}\r\n"
+        self.function = f"anarchon_{entry}_{self.sha[:16]}" if entry else None
+        self.fcall_head = f"$5\r\nFCALL\r\n{wire.bulk(self.function)}" if self.function else ""
+        self.library = (
+            f"#!lua name={self.function}\nlocal KEYS, ARGV\n{body}\n"
+            f"redis.register_function('{self.function}', function(keys, args)\n"
+            f"  KEYS, ARGV = keys, args\n  return {entry}()\nend)\n"
+        )
 
-    async def load(self, client: aioredis.Redis) -> None:
+    async def load(self, client: aioredis.Redis, functions: bool = False) -> None:
         await client.script_load(self.source)
+        if functions:
+            await client.function_load(self.library, replace=True)
+
+    async def load_function(self, client: aioredis.Redis) -> bool:
+        """Load the script, and its library where the server has functions and the user may
+        load them; whether FCALL is to be used."""
+        await self.load(client)
+        if self.function is None:
+            return False
+        try:
+            await client.function_load(self.library, replace=True)
+        except rex.NoPermissionError:
+            return False  # ACL without +function|load: scripts only
+        except rex.ResponseError as exc:
+            if "unknown command" in str(exc).lower():
+                return False  # before Redis 7
+            raise
+        return True
+
+    @staticmethod
+    def missing(reply: object) -> bool:
+        """The server does not know the script or function any more (a restart, SCRIPT FLUSH,
+        FUNCTION FLUSH)."""
+        return isinstance(reply, rex.NoScriptError) or (
+            isinstance(reply, rex.ResponseError) and "Function not found" in str(reply)
+        )
 
     async def __call__(self, client: aioredis.Redis, keys: list[str], args: list[Any]) -> Any:
         try:
@@ -95,6 +136,7 @@ class Script:
         client: aioredis.Redis,
         commands: Iterable[bytes],
         take: Callable[[int, Any], None],
+        functions: bool = False,
     ) -> None:
         """Calls of this script packed by hand (`_wire`), sent on one connection in order;
         `take(i, reply)` gets each call's reply (an error reply as its exception) as soon as it
@@ -109,14 +151,14 @@ class Script:
                 yield packed
 
         def first(i: int, reply: Any) -> None:
-            if isinstance(reply, rex.NoScriptError):
+            if self.missing(reply):
                 missing.append(i)
             else:
                 take(i, reply)
 
         await wire.send(client.connection_pool, kept(), first)
         if missing:
-            await self.load(client)
+            await self.load(client, functions)
             await wire.send(
                 client.connection_pool,
                 [sent[i] for i in missing],

@@ -95,7 +95,7 @@ class IdmpStore(StreamStore):
         for job in jobs:
             keys = self.keys(job)
             packed = bulk(keys.claims) + bulk(keys.idmp_config)
-            calls.append(wire.evalsha(CONFIG.sha, 2, packed, 2, args))
+            calls.append(wire.invoke(CONFIG.eval_head, 2, packed, 2, args))
         replies: dict[int, Any] = {}
         try:
             await CONFIG.send(self.client, calls, replies.__setitem__)

@@ -42,7 +42,7 @@ from ._wire import bulk
 
 __all__ = ["RedisLeaseStore"]
 
-LEASE = Script("lease.lua", claims=True)
+LEASE = Script("lease.lua", claims=True, entry="lease")
 
 _OVERLAP = "another run of this job holds a live lease and overlap is 'skip'"
 
@@ -72,7 +72,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         )
 
     async def _prepare(self, client: aioredis.Redis) -> None:
-        await LEASE.load(client)
+        self._functions = await LEASE.load_function(client)
 
     def _script_keys(self, keys: JobKeys) -> list[str]:
         return keys.lease_keys()

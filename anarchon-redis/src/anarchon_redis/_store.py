@@ -18,7 +18,7 @@ from . import _wire as wire
 from ._client import Script, guarded, make_client, ping, reraising, server_now_ms, translated
 from ._keys import JobKeys
 from ._options import RedisOptions
-from ._wire import bulk, evalsha
+from ._wire import bulk, invoke
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -82,6 +82,8 @@ class RedisStore(ClaimStore):
         self.options: RedisOptions = options
         self._client: aioredis.Redis | None = None
         self._packed_keys: dict[str, str] = {}
+        self._functions = False
+        """The claim script is called as a Redis function (`Script.load_function`)."""
 
     @classmethod
     def create(cls, url: str, **options: object) -> RedisStore:
@@ -137,7 +139,8 @@ class RedisStore(ClaimStore):
         keys = "".join([self._wire_keys(r.job) for r in requests])
         asks = "".join([bulk(self._ask(r)) for r in requests])
         count = len(requests)
-        return evalsha(script.sha, self.keys_per_job * count, keys, 1 + count, option + asks)
+        head = script.fcall_head if self._functions and script.function else script.eval_head
+        return invoke(head, self.keys_per_job * count, keys, 1 + count, option + asks)
 
     async def _refuse(self, job: str, exc: Exception) -> NoReturn:
         """Raise `exc` as anarchon's error for a claim of `job` (a WRONGTYPE names the key)."""
@@ -157,8 +160,10 @@ class RedisStore(ClaimStore):
         try:
             try:
                 answer = await wire.call(self.client.connection_pool, packed)
-            except rex.NoScriptError:  # a restart or SCRIPT FLUSH forgot the script
-                await script.load(self.client)
+            except rex.ResponseError as exc:
+                if not script.missing(exc):  # a restart or a flush forgot it: load, send again
+                    raise
+                await script.load(self.client, self._functions)
                 answer = await wire.call(self.client.connection_pool, packed)
         except (rex.RedisError, OSError) as exc:
             await self._refuse(request.job, exc)
@@ -222,7 +227,7 @@ class RedisStore(ClaimStore):
                 failed.append((chunk[0].job, exc))
 
         try:
-            await script.send(self.client, calls(), take)
+            await script.send(self.client, calls(), take, self._functions)
         except (rex.RedisError, OSError) as exc:
             await self._refuse(requests[0].job, exc)
         if failed:

@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-__all__ = ["bulk", "call", "command", "evalsha", "pipelined", "send"]
+__all__ = ["bulk", "call", "command", "invoke", "pipelined", "send"]
 
 
 def bulk(text: str) -> str:
@@ -30,12 +30,10 @@ def command(words: Sequence[str]) -> bytes:
     return (f"*{len(words)}\r\n" + "".join([bulk(word) for word in words])).encode()
 
 
-def evalsha(sha: str, key_count: int, keys: str, arg_count: int, args: str) -> bytes:
-    """EVALSHA of the script `sha`, its `keys` and `args` given packed (`bulk`)."""
-    return (
-        f"*{3 + key_count + arg_count}\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n"
-        f"{bulk(str(key_count))}{keys}{args}"
-    ).encode()
+def invoke(head: str, key_count: int, keys: str, arg_count: int, args: str) -> bytes:
+    """A script or function call: `head` is its first two words packed (``EVALSHA <sha>`` or
+    ``FCALL <name>``), `keys` and `args` are given packed (`bulk`)."""
+    return (f"*{3 + key_count + arg_count}\r\n{head}{bulk(str(key_count))}{keys}{args}").encode()
 
 
 async def call(pool: aioredis.ConnectionPool, packed: bytes) -> Any:

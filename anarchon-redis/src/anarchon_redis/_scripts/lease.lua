@@ -20,10 +20,7 @@
 -- renew, finish, release: one job's 4 keys; ARGV = op, slot, token, then renew: lease_ms |
 -- finish: status, has_error (1|0), error, history_limit. Reply 1 if the run was running with
 -- that token (and was changed), else 0.
-local op = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = string.format('%d', now)
+local op, now, now_s -- of the call being served: set by lease()
 local SWEEP_MAX = 100
 local RUN = '^(%l+) (%d+) (%d+) (%d+) (%d+) ([%d-]+) (%x+) (%d+) (.*)$'
 local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (.*)$'
@@ -195,8 +192,16 @@ local function update()
   return 1
 end
 
-if op == 'renew' or op == 'finish' or op == 'release' then
-  runs, slots, leases, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-  return update()
+-- One call: claims of one job or many, or a renew, finish or release. The store calls it as a
+-- Redis function (FCALL) where the server has them, else as a script ('return lease()').
+local function lease()
+  op = ARGV[1]
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_s = string.format('%d', now)
+  if op == 'renew' or op == 'finish' or op == 'release' then
+    runs, slots, leases, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+    return update()
+  end
+  return each_job(4, claim)
 end
-return each_job(4, claim)

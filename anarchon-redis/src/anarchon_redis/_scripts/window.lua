@@ -24,10 +24,11 @@ local function claim(first, request, window)
   -- smaller than the window) and no later than one window after it (older slots are refused);
   -- so every entry older than start holds a smaller slot.
   local start = math.max(math.min(now, slot) - window, 0)
-  local from, page, highest, below = '+', 0, slot, false
+  local from, page, highest, below, newest = '+', 0, slot, false, nil
   while not below do
     page = math.min(page + 1, #PAGES)
     local entries = redis.call('XREVRANGE', key, from, start, 'COUNT', PAGES[page])
+    newest = newest or (entries[1] and entries[1][1])
     for _, entry in ipairs(entries) do
       local found, found_token, found_holder, most = claim_fields(key, entry)
       if found == field then
@@ -43,8 +44,17 @@ local function claim(first, request, window)
   end
   if now - slot > window then return 'forgotten ' .. now_s end
   if now - slot > tonumber(max_late) then return 'late ' .. now_s end
-  redis.call('XADD', key, 'MINID', '~', math.max(now - 2 * window, 0), '*',
-    'slot', field, 'token', token, 'holder', holder, 'max', string.format('%d', highest))
+  local most = string.format('%d', highest)
+  -- Entries older than two windows are trimmed once per window (by the first claim appended in
+  -- a window of time later than the newest entry's), not on every append: a trim costs an
+  -- append about as much again. The stream so holds at most about three windows of claims.
+  local appended = newest and tonumber(string.match(newest, '^%d+'))
+  if appended and math.floor(appended / window) == math.floor(now / window) then
+    redis.call('XADD', key, '*', 'slot', field, 'token', token, 'holder', holder, 'max', most)
+  else
+    redis.call('XADD', key, 'MINID', '~', math.max(now - 2 * window, 0), '*',
+      'slot', field, 'token', token, 'holder', holder, 'max', most)
+  end
   return 'added ' .. now_s
 end
 
