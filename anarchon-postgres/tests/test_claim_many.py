@@ -14,10 +14,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
 from anarchon_postgres import PostgresStore, testing
+from anarchon_postgres._batch import pack_slot_batch
 
 from .conftest import POSTGRES_URL, T0, Harness, new_schema, require_server, url_with
 
@@ -228,3 +231,35 @@ async def test_C1_four_processes_claim_many_the_same_2000_jobs(schema: str) -> N
     for job in ("j-0000", "j-1999"):
         run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", job, slot)
         assert run is not None and run.token == winners[job][0]
+
+
+async def test_jobs_never_claimed_get_their_rows_outside_the_batch(pg_store: PostgresStore) -> None:
+    """The batch function inserts no job row (inserting one while holding other jobs' locks could
+    close a cycle with another batch): it names the missing jobs and claims nothing for the
+    requests that would lock them; the store inserts those rows on their own and sends again."""
+    now = await pg_store.now_ms()
+    held = ClaimRequest(job="held", slot=now, instance="b")
+    assert (await pg_store.claim(held)).won
+    schema = pg_store.options.schema
+    batch = [ClaimRequest(job=j, slot=now, instance="a") for j in ("new-b", "held", "new-a")]
+    params = pack_slot_batch(
+        batch, prefix="cron", slot=now, margin_ms=60_000, tail=(1000, "30s", None)
+    )
+    rows = await pg_store._fetchall(pg_store._sql.claim_slot, params)
+    assert sorted(n for n, _ in rows) == [-1, 2]  # the read answered "held"; two rows missing
+    assert dict(rows)[-1].split() in (["new-a", "new-b"], ["new-b", "new-a"])
+    assert testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "new-a", now) is None
+    with psycopg.connect(POSTGRES_URL) as conn:
+        jobs = conn.execute(
+            sql.SQL("SELECT job FROM {} ORDER BY job").format(
+                sql.Identifier(schema, "anarchon_runs_jobs")
+            )
+        ).fetchall()
+    assert jobs == [("held",)]
+
+    claims = await pg_store.claim_many(batch)
+    assert [c.outcome for c in claims] == [Outcome.WON, Outcome.RUNNING, Outcome.WON]
+    assert claims[1].token == held.token
+    assert testing.floor(POSTGRES_URL, schema, "anarchon_runs", "cron", "new-a") is None
+    run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "new-a", now)
+    assert run is not None and run.token == batch[2].token

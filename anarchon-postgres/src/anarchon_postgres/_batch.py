@@ -4,25 +4,27 @@
 
 1. **One read before any lock** of every request's run, an index probe each: the losers' answers
    (as the claim function answers them). The same statement sorts the other requests, the
-   pending ones, by job (byte order), and notes which of their jobs has no job row yet.
-2. **The locks**: the missing job rows are inserted, then every pending job's row is locked
-   ``FOR UPDATE``, which also reads its floor (L11), both in that order (an INSERT that meets
-   another batch's uncommitted row waits for its end, so once inserted every row is committed or
-   ours and the ordered ``FOR UPDATE`` never waits in a cycle; a single claim locks one row).
-   ``now`` is read after the locks.
+   pending ones, by job (byte order).
+2. **The locks**: every pending job's row is locked ``FOR UPDATE`` in that order, which also reads
+   its floor (L11); ``now`` is read after the locks. Ordered locks never wait in a cycle, and a
+   single claim locks one row. A job never claimed before has no row to lock: the function then
+   claims nothing for the pending requests and names those jobs; the store inserts their rows in
+   a statement of their own (in the same order) and sends the batch again.
 3. **One INSERT** of every claimable run (lateness, floor, overlap).
 4. If a pending request did not win there, its run is read once more (another claim wrote it
    between the read and the lock); what still needs a decision (an expired lease, a late slot or
    an overlap under the lock) goes to the claim function, on the lock already held, so no rule
    is written twice.
-5. **Retention**: one index seek per new run, the bounded sweep only where the oldest run may go.
+5. **Retention**: one index seek per job that may have won a new run, the bounded sweep only
+   where the oldest run may go.
 
 The requests travel packed: the jobs and the tokens as space-separated texts, and per request
 the number of its *policy* (holder, lease, lateness, overlap, attempts, keep-until), whose
 distinct values are sent once each in small arrays: a batch of 10,000 requests is three texts.
 The answer is one row ``(0, 'now n n n ...')`` listing the requests that won a new run (attempt 1,
 their own token, holder and lease from ``now``), and one row ``(n, answer)`` for every other
-request, in the claim function's answer format. Every request is in exactly one of them.
+request, in the claim function's answer format: every request is in exactly one of them. Or,
+when job rows were missing, the answers of the read and one row ``(-1, 'job job ...')``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from ._function import SWEEP_MAX_ROWS, quoted_body
 from ._names import Names
 from ._rows import claim_from_answer
 
-__all__ = ["MANY_ARGUMENT_TYPES", "create_many_function", "pack_slot_batch", "read_slot_answers"]
+__all__ = [
+    "MANY_ARGUMENT_TYPES",
+    "create_many_function",
+    "missing_jobs",
+    "pack_slot_batch",
+    "read_slot_answers",
+]
 
 MANY_ARGUMENT_TYPES = (
     "text, bigint, text, text, text, text[], bigint[], bigint[], boolean[], integer[], bigint[], "
@@ -69,12 +77,11 @@ DECLARE
     v_job text[];
     v_token text[];
     v_policy integer[];
-    v_new text[];         -- their jobs without a job row (sorted)
     v_floor bigint[];     -- their jobs' floors, read under the lock
+    v_new text[];         -- their jobs without a job row yet
     v_answered integer[]; -- the requests answered by the read, and their answers
     v_answer text[];
-    v_locked integer;
-    v_job_won text[];
+    v_inserted bigint;
     v_one text;
     v_oldest record;
     v_count integer;
@@ -106,12 +113,11 @@ BEGIN
            array_agg(d.job) FILTER (WHERE d.answer IS NULL),
            array_agg(d.token) FILTER (WHERE d.answer IS NULL),
            array_agg(d.policy) FILTER (WHERE d.answer IS NULL),
-           array_agg(d.job) FILTER (WHERE d.answer IS NULL AND d.has_row IS NULL),
            array_agg(d.n) FILTER (WHERE d.answer IS NOT NULL),
            array_agg(d.answer) FILTER (WHERE d.answer IS NOT NULL)
-      INTO v_n, v_job, v_token, v_policy, v_new, v_answered, v_answer
+      INTO v_n, v_job, v_token, v_policy, v_answered, v_answer
       FROM (
-        SELECT q.n, q.job, q.token, q.policy, jr.found AS has_row,
+        SELECT q.n, q.job, q.token, q.policy,
                CASE WHEN r.slot IS NOT NULL THEN
                         CASE WHEN r.status <> 'running' OR r.token = q.token
                                   OR r.lease_until >= v_now THEN
@@ -125,8 +131,8 @@ BEGIN
                                'late', 0, NULL, NULL, v_now, NULL, NULL, NULL)
                     WHEN o.overlap THEN
                         format('%s %s %s %s %s %s %s %s',
-                               CASE WHEN p_slot <= jr.job_floor THEN 'late' ELSE 'overlap' END,
-                               0, NULL, NULL, v_now, jr.job_floor, NULL, NULL)
+                               CASE WHEN p_slot <= f.job_floor THEN 'late' ELSE 'overlap' END,
+                               0, NULL, NULL, v_now, f.job_floor, NULL, NULL)
                END AS answer
           FROM unnest(v_jobs, v_tokens, v_policies) WITH ORDINALITY AS q(job, token, policy, n)
           LEFT JOIN LATERAL (  -- LIMIT 1: an index probe per request, never a join of tables
@@ -141,13 +147,11 @@ BEGIN
                  AND y.lease_until >= v_now AND y.slot <> p_slot
                LIMIT 1
           ) o ON true
-          LEFT JOIN LATERAL (  -- the job's row, where the request may lock it (or for overlap)
-              SELECT true AS found, j.floor AS job_floor FROM {jobs} j
-               WHERE (r.slot IS NULL AND v_now - p_slot <= p_max_late_ms[q.policy]
-                      OR r.status = 'running' AND r.token <> q.token AND r.lease_until < v_now)
-                 AND j.prefix = p_prefix AND j.job = q.job
+          LEFT JOIN LATERAL (  -- the floor, for an overlap (L11: late if forgotten)
+              SELECT j.floor AS job_floor FROM {jobs} j
+               WHERE o.overlap AND j.prefix = p_prefix AND j.job = q.job
                LIMIT 1
-          ) jr ON true
+          ) f ON true
          ORDER BY q.job COLLATE "C"
         OFFSET 0  -- a fence: each request is decided once, in this order, for every aggregate
       ) d;
@@ -159,19 +163,18 @@ BEGIN
     END IF;
 
     -- 2. The jobs' row locks, in job order (byte order: as Python sorts), so batches never
-    -- deadlock. A missing job row is inserted first, in the same order (an INSERT that meets
-    -- another's uncommitted row waits for its end); then every row exists and is locked in turn,
-    -- reading the floors under the lock.
+    -- deadlock, reading the floors under the lock. This transaction inserts no job row: were a
+    -- job's row missing, inserting it while holding the others' locks could close a cycle with
+    -- another batch. The missing ones are answered (-1, 'job job ...') instead, with nothing
+    -- claimed for the pending requests: the store inserts those rows on their own, then sends
+    -- the batch again (it only happens the first time a job is claimed).
     IF p_lock_timeout <> '0' AND current_setting('lock_timeout') <> p_lock_timeout THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);  -- as the claim function does
     END IF;
-    IF v_new IS NOT NULL THEN
-        INSERT INTO {jobs} (prefix, job)
-            SELECT p_prefix, l.job FROM unnest(v_new) WITH ORDINALITY AS l(job, k) ORDER BY l.k
-            ON CONFLICT (prefix, job) DO NOTHING;
-    END IF;
-    SELECT array_agg(f.floor), count(f.locked) INTO v_floor, v_locked FROM (
-        SELECT l.k, locked.floor, locked.locked
+    SELECT array_agg(f.floor), array_agg(f.job) FILTER (WHERE f.locked IS NULL)
+      INTO v_floor, v_new
+      FROM (
+        SELECT l.k, l.job, locked.floor, locked.locked
           FROM unnest(v_job) WITH ORDINALITY AS l(job, k)
           LEFT JOIN LATERAL (
               SELECT j.floor, true AS locked FROM {jobs} j
@@ -179,10 +182,10 @@ BEGIN
           ) locked ON true
          ORDER BY l.k
         OFFSET 0
-    ) f;
-    IF v_locked <> cardinality(v_job) THEN  -- a job row deleted meanwhile: resend the batch
-        RAISE EXCEPTION 'anarchon: % job rows of % vanished while locking', cardinality(v_job)
-            - v_locked, cardinality(v_job) USING ERRCODE = 'serialization_failure';
+      ) f;
+    IF v_new IS NOT NULL THEN
+        RETURN QUERY SELECT -1, array_to_string(v_new, ' ');
+        RETURN;
     END IF;
     v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
 
@@ -210,10 +213,10 @@ BEGIN
           ) o ON true
          WHERE e.found IS NULL AND o.found IS NULL
            AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1)
-        RETURNING job
+        RETURNING 1
     )
-    SELECT array_agg(ins.job) INTO v_job_won FROM ins;
-    IF cardinality(v_job_won) = cardinality(v_job) THEN  -- the usual case: every pending one won
+    SELECT count(*) INTO v_inserted FROM ins;
+    IF v_inserted = cardinality(v_job) THEN  -- the usual case: every pending one won
         RETURN QUERY SELECT 0, v_now::text || ' ' || array_to_string(v_n, ' ');
     ELSE
         -- 4. Every pending request's run now exists, or its slot is not claimable. A run with
@@ -242,13 +245,15 @@ BEGIN
           ) r ON true;
     END IF;
 
-    -- 5. Retention (L11) for the new runs, as the claim function does after each win: the cheap
+    -- 5. Retention (L11) after new runs, as the claim function does after each win: the cheap
     -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can.
-    IF v_job_won IS NULL THEN
+    -- (For every pending job: when not all of them won a new run, testing a few more is
+    -- harmless, and cheaper than finding out which.)
+    IF v_inserted = 0 THEN
         RETURN;
     END IF;
     FOR v_one IN
-        SELECT w.job FROM unnest(v_job_won) AS w(job)
+        SELECT w.job FROM unnest(v_job) AS w(job)
         CROSS JOIN LATERAL (
             SELECT x.status, x.lease_until, x.keep_until FROM {runs} x
              WHERE x.prefix = p_prefix AND x.job = w.job ORDER BY x.slot LIMIT 1) o
@@ -329,6 +334,15 @@ def pack_slot_batch(
         [keep_until(r, margin_ms) for r in firsts],  # the same slot: one value per policy
         *tail,
     )
+
+
+def missing_jobs(rows: Sequence[tuple[Any, ...]]) -> list[str] | None:
+    """The jobs whose rows the batch function found missing, in byte order (the order their rows
+    are inserted in), or None when it answered every request."""
+    for n, answer in rows:
+        if n == -1:
+            return sorted(str(answer).split(" "))
+    return None
 
 
 def read_slot_answers(

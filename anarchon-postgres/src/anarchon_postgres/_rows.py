@@ -37,6 +37,7 @@ class Statements:
     claim: Query
     claim_slot: Query
     claim_many: Query
+    add_jobs: Query
     renew: Query
     finish: Query
     release: Query
@@ -66,6 +67,12 @@ class Statements:
                 "SELECT o_n, o_answer FROM {}(%s, %s, %s, %s, %s, %s::text[], %s::bigint[], "
                 "%s::bigint[], %s::boolean[], %s::integer[], %s::bigint[], %s, %s, %s)"
             ).format(names.claim_many),
+            # The rows of jobs never claimed, for the batch function (see `_batch`), in the order
+            # of the array (sorted), in a transaction of their own.
+            add_jobs=sql.SQL(
+                "INSERT INTO {} (prefix, job) SELECT %s, u.job FROM unnest(%s::text[]) "
+                "WITH ORDINALITY AS u(job, k) ORDER BY u.k ON CONFLICT (prefix, job) DO NOTHING"
+            ).format(names.jobs),
             # Any other batch (several slots, or a job twice): the claim function per request,
             # in one statement, one transaction: the jobs' row locks are taken in the order of
             # the array, which the store sorts by job, so two batches never wait on each other

@@ -27,7 +27,7 @@ from anarchon import (
 )
 from anarchon._leases import keep_until
 
-from ._batch import pack_slot_batch, read_slot_answers
+from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
 from ._connection import connection_kwargs, libpq_conninfo
 from ._errors import RETRYABLE, shown_url, translate
 from ._function import lock_timeout_setting
@@ -213,6 +213,12 @@ class PostgresStore(LeaseStore):
 
         return await self._run(step)
 
+    async def _execute(self, query: Any, params: Sequence[Any]) -> None:
+        async def step(cur: Cursor) -> None:
+            await cur.execute(query, params)
+
+        await self._run(step)
+
     async def _fetchall(self, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def step(cur: Cursor) -> list[tuple[Any, ...]]:
             await cur.execute(query, params)
@@ -274,8 +280,19 @@ class PostgresStore(LeaseStore):
             margin_ms=self.options.retention_margin_ms,
             tail=(self.options.history_limit, self._lock_timeout, self._now_param()),
         )
-        rows = await self._fetchall(self._sql.claim_slot, params)
-        return read_slot_answers(rows, batch, self.answers_where)
+        added: list[str] = []
+        for _ in range(2):
+            rows = await self._fetchall(self._sql.claim_slot, params)
+            missing = missing_jobs(rows)
+            if missing is None:
+                return read_slot_answers(rows, batch, self.answers_where)
+            added = missing
+            await self._execute(self._sql.add_jobs, (self.options.prefix, added))
+            # then again: the batch claimed nothing for the pending requests
+        raise StoreCorrupt(
+            f"job rows of {self.names.shown(self.names.jobs_table)} vanished as soon as they were "
+            f"inserted ({', '.join(added[:5])} ...): something else deletes them"
+        )
 
     async def check(self, request: ClaimRequest) -> Claim:
         """L10: the claim function, whose first step is the plain read a backup's check needs: a
