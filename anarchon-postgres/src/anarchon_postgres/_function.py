@@ -97,7 +97,8 @@ _ANSWER = "format('%s %s %s %s %s %s %s %s', {})"
 # executor to start), which costs a claim about as much as its server time for a row; an
 # expression that reads none (an assignment, an IF) costs next to nothing. So the body spends
 # queries only where it must: the usual loss is one query, the usual win four (the read, the
-# lock, the INSERT, the retention seek). The request is split in the query of the read
+# lock, the INSERT, the retention seek), five with overlap skip (the overlap seek before the
+# lock; the one under the lock is part of the INSERT). The request is split in the query of the read
 # (split_part), and into an array only after it.
 _BODY = """
 DECLARE
@@ -182,29 +183,26 @@ BEGIN
     -- 3. The decision, under the lock (T1: the clock read after it).
     IF (v_floor IS NOT NULL AND v_slot <= v_floor) OR v_now - v_slot > a[5]::bigint THEN
         v_outcome := 'late';
-    ELSIF a[6] = '1' THEN
-        IF EXISTS (
-            SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
-        ) THEN
-            v_outcome := 'overlap';
-        END IF;
-    END IF;
-    IF v_outcome IS NULL THEN
-        -- Claimable if absent: insert unless the run exists (the usual win is one statement).
+    ELSE
+        -- Claimable if absent and, for overlap skip, no other run of the job holds a live
+        -- lease: the usual win is this one statement.
         INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
                             lease_until, finished_at, error, keep_until)
-            VALUES (a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
-                    v_now + a[8]::bigint, NULL, NULL, a[10]::bigint)
+            SELECT a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
+                   v_now + a[8]::bigint, NULL, NULL, a[10]::bigint
+             WHERE a[6] <> '1' OR NOT EXISTS (
+                   SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                      AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot)
             ON CONFLICT (prefix, job, slot) DO NOTHING;
-        v_exists := NOT FOUND;
+        v_exists := NOT FOUND;  -- not inserted: the run exists, or an overlap
     END IF;
-    IF v_outcome IS NOT NULL OR v_exists THEN  -- late or overlap if the run is absent; else L2-L6
+    IF v_outcome IS NOT NULL OR v_exists THEN  -- decide on the run (L2-L6) if it exists
         SELECT x.status, x.attempt, x.token, x.holder, x.lease_until
           INTO v_status, v_attempt, v_token, v_run_holder, v_lease_until
           FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot
            FOR UPDATE;
-        IF NOT FOUND THEN
+        IF NOT FOUND THEN  -- late, or (not inserted, no run) an overlap
+            v_outcome := coalesce(v_outcome, 'overlap');
             RETURN {answer_locked};
         END IF;
     ELSE

@@ -60,7 +60,7 @@ class Statements:
         runs = names.runs
         return cls(
             # One packed text in, one packed text out (see `_function`).
-            claim=sql.SQL("SELECT {}(%s::text)").format(names.claim),
+            claim=sql.SQL("SELECT {}(%b)").format(names.claim),  # %b: typed text, no cast
             # Many jobs of one slot (the scheduler's batch): the batch function, set-based, with
             # the requests packed into three texts and the distinct policies (see `_batch`).
             claim_slot=sql.SQL(
