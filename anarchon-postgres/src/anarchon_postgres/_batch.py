@@ -37,7 +37,7 @@ from psycopg import sql
 from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
 from anarchon._leases import keep_until
 
-from ._function import SWEEP_MAX_ROWS, quoted_body
+from ._function import SWEEP_MAX_ROWS, answer, quoted_body, run_answer
 from ._names import Names
 from ._rows import claim_from_answer
 
@@ -120,19 +120,9 @@ BEGIN
         SELECT q.n, q.job, q.token, q.policy,
                CASE WHEN r.slot IS NOT NULL THEN
                         CASE WHEN r.status <> 'running' OR r.token = q.token
-                                  OR r.lease_until >= v_now THEN
-                            format('%s %s %s %s %s %s %s %s',
-                                   CASE WHEN r.status <> 'running' THEN 'done'
-                                        WHEN r.token = q.token THEN 'won' ELSE 'running' END,
-                                   r.attempt, r.lease_until, r.status, v_now, NULL, r.token,
-                                   r.holder) END
-                    WHEN v_now - p_slot > p_max_late_ms[q.policy] THEN
-                        format('%s %s %s %s %s %s %s %s',
-                               'late', 0, NULL, NULL, v_now, NULL, NULL, NULL)
-                    WHEN o.overlap THEN
-                        format('%s %s %s %s %s %s %s %s',
-                               CASE WHEN p_slot <= f.job_floor THEN 'late' ELSE 'overlap' END,
-                               0, NULL, NULL, v_now, f.job_floor, NULL, NULL)
+                                  OR r.lease_until >= v_now THEN {answer_run} END
+                    WHEN v_now - p_slot > p_max_late_ms[q.policy] THEN {answer_late}
+                    WHEN o.overlap THEN {answer_overlap}
                END AS answer
           FROM unnest(v_jobs, v_tokens, v_policies) WITH ORDINALITY AS q(job, token, policy, n)
           LEFT JOIN LATERAL (  -- LIMIT 1: an index probe per request, never a join of tables
@@ -227,10 +217,7 @@ BEGIN
         RETURN QUERY
         SELECT q.n::integer, CASE
                    WHEN r.status <> 'running' OR r.token = q.token OR r.lease_until >= v_now THEN
-                       format('%s %s %s %s %s %s %s %s',
-                              CASE WHEN r.status <> 'running' THEN 'done'
-                                   WHEN r.token = q.token THEN 'won' ELSE 'running' END,
-                              r.attempt, r.lease_until, r.status, v_now, NULL, r.token, r.holder)
+                       {answer_run}
                    ELSE {claim}(concat_ws(' ', p_prefix, q.job, p_slot, q.token,
                        p_max_late_ms[q.policy], CASE WHEN p_skip_overlap[q.policy] THEN 1 ELSE 0
                        END, coalesce(p_now::text, ''), p_lease_ms[q.policy], p_attempts[q.policy],
@@ -285,11 +272,26 @@ END
 """
 
 
+_ANSWERS = {
+    "answer_run": run_answer("r.", "q.token"),
+    "answer_late": answer("'late'", "0", "NULL", "NULL", "v_now", "NULL", "NULL", "NULL"),
+    "answer_overlap": answer(
+        "CASE WHEN p_slot <= f.job_floor THEN 'late' ELSE 'overlap' END",
+        *("0", "NULL", "NULL", "v_now", "f.job_floor", "NULL", "NULL"),
+    ),
+}
+"""The claim function's answers (see `_function`), for the requests this function answers."""
+
+
 def create_many_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
     one is created first)."""
     body = sql.SQL(_BODY).format(
-        runs=names.runs, jobs=names.jobs, claim=names.claim, sweep=sql.Literal(SWEEP_MAX_ROWS)
+        runs=names.runs,
+        jobs=names.jobs,
+        claim=names.claim,
+        sweep=sql.Literal(SWEEP_MAX_ROWS),
+        **{name: sql.SQL(expression) for name, expression in _ANSWERS.items()},
     )
     return sql.SQL(_SIGNATURE).format(claim_many=names.claim_many, body=quoted_body(body))
 
@@ -339,9 +341,9 @@ def pack_slot_batch(
 def missing_jobs(rows: Sequence[tuple[Any, ...]]) -> list[str] | None:
     """The jobs whose rows the batch function found missing, in byte order (the order their rows
     are inserted in), or None when it answered every request."""
-    for n, answer in rows:
+    for n, jobs in rows:
         if n == -1:
-            return sorted(str(answer).split(" "))
+            return sorted(str(jobs).split(" "))
     return None
 
 
@@ -352,9 +354,9 @@ def read_slot_answers(
     request is `StoreCorrupt` naming the table (`where`)."""
     claims: list[Claim | None] = [None] * len(batch)
     try:
-        for n, answer in rows:
+        for n, text in rows:
             if n == 0:  # "now n n n ...": new runs, attempt 1, as requested
-                now_text, *numbers = answer.split(" ")
+                now_text, *numbers = text.split(" ")
                 now = int(now_text)
                 for number in numbers:
                     index = int(number) - 1
@@ -372,7 +374,7 @@ def read_slot_answers(
                 index = n - 1
                 if index < 0 or claims[index] is not None:
                     raise ValueError(n)
-                claims[index] = claim_from_answer(answer, batch[index], where)
+                claims[index] = claim_from_answer(text, batch[index], where)
     except (ValueError, TypeError, AttributeError, IndexError):
         raise StoreCorrupt(
             f"the batch claim function of {where} answered a row that is not one answer per "
