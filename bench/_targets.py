@@ -352,6 +352,8 @@ class RabbitMQTarget(Target):
         await channel.queue_declare(self._queue, durable=True, arguments={"x-expires": 120_000})
 
     async def floor(self) -> None:
+        # A transient publish, as issue 7's reference floor (its naive claim measured 12.9x);
+        # bench/rabbitmq_latency.py gives the ratios to a persistent publish too.
         channel = await self.store._link.channel()  # the claims' channels, in the same turn
         await channel.basic_publish(b"x", routing_key=self._queue, mandatory=True)
 

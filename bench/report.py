@@ -99,6 +99,12 @@ def print_report(results: dict[str, Any], console: Console | None = None) -> Non
         for r in results["scale"]:
             if r.get("instances_error"):
                 console.print(f"  {r['target']}, 4 instances: {r['instances_error'][:300]}")
+            prepared = {c["jobs"]: c["prepared_s"] for c in r["curve"] if "prepared_s" in c}
+            if prepared:
+                console.print(
+                    f"  {r['target']}: each slot prepared ahead first (untimed above): "
+                    + ", ".join(f"{n} jobs {s:.2f} s" for n, s in sorted(prepared.items()))
+                )
             if r.get("unbounded", "ok") != "ok":
                 console.print(
                     f"  {r['target']}, all claims at once as the scheduler sends them: "
