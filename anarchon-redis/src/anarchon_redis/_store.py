@@ -134,8 +134,8 @@ class RedisStore(ClaimStore):
         raise NotImplementedError
 
     def _call(self, script: Script, option: str, requests: Sequence[ClaimRequest]) -> bytes:
-        """One EVALSHA of the claim `script` for `requests`, packed; `option` is its packed
-        ``claim <number>`` (``batch.lua``)."""
+        """One call (FCALL where the store uses functions, else EVALSHA) of the claim `script`
+        for `requests`, packed; `option` is its packed ``claim <number>`` (``batch.lua``)."""
         keys = "".join([self._wire_keys(r.job) for r in requests])
         asks = "".join([bulk(self._ask(r)) for r in requests])
         count = len(requests)
@@ -167,12 +167,20 @@ class RedisStore(ClaimStore):
                 answer = await wire.call(self.client.connection_pool, packed)
         except (rex.RedisError, OSError) as exc:
             await self._refuse(request.job, exc)
+        if not isinstance(answer, str):
+            await self._refuse(request.job, self._odd(answer, 1))
         if answer.startswith("error "):
             await self._refuse(request.job, rex.ResponseError(unquote(answer[6:])))
         try:
             return decide(request, answer)
         except StoreCorrupt as exc:
             await self._refuse(request.job, exc)
+
+    def _odd(self, reply: object, jobs: int) -> StoreCorrupt:
+        return StoreCorrupt(
+            f"Redis at {self.url} answered {str(reply)[:80]!r} to a claim script call of {jobs} "
+            "jobs, which anarchon's scripts never answer"
+        )
 
     async def _decided(
         self,
@@ -204,17 +212,9 @@ class RedisStore(ClaimStore):
             if isinstance(reply, Exception):
                 failed.append((chunk[0].job, reply))
                 return
-            lines = reply.split("\n")
+            lines = reply.split("\n") if isinstance(reply, str) else []
             if len(lines) != len(chunk):
-                failed.append(
-                    (
-                        chunk[0].job,
-                        StoreCorrupt(
-                            f"Redis at {self.url} answered {len(lines)} lines to a claim script call of "
-                            f"{len(chunk)} jobs"
-                        ),
-                    )
-                )
+                failed.append((chunk[0].job, self._odd(reply, len(chunk))))
                 return
             if reply.startswith("error ") or "\nerror " in reply:
                 for request, line in zip(chunk, lines, strict=True):

@@ -1,12 +1,12 @@
 """``strategy=stream-id``: ``XADD {prefix:job}:claims <slot>-0``, one command, no script.
 
 Redis refuses an entry ID at or below the stream's top item. The refusal does not say whose the
-slot is, so the claim reads the entry back with ``XRANGE <slot>-0 <slot>-0``: my token is `won`
-(a resent claim, C2), another token `lost`, no entry `late` (a newer slot was claimed first, or
-the entry was trimmed). Both commands go in one write and one round trip; the winner ignores the
-read-back. (Reading back only after a refusal makes a win about 0.4x PING cheaper and a loss
-about 0.65x PING dearer, measured here; in a deployment most claims of a slot are losses.) Old
-slots can never be won again, trimmed or not: the stream's top ID is the floor.
+slot is, so it is followed by ``XRANGE <slot>-0 <slot>-0``: my token is `won` (a resent claim, C2),
+another token `lost`, no entry `late` (a newer slot was claimed first, or the entry was
+trimmed). The winner pays one round trip, the others two. (Writing the XRANGE together with the
+XADD makes a loss one round trip, about 1.9x -> 1.25x PING here, but a win about 0.8x -> 1.2x:
+reading the entry back costs the client more than the XADD. Wins come first.) Old slots can
+never be won again, trimmed or not: the stream's top ID is the floor.
 
 `claim_many` is the one place with a script (``_scripts/stream_id.lua``): the same XADD, and the
 same read-back of a refused one, for up to `BATCH` jobs per call, so a batch of many jobs costs
@@ -67,21 +67,19 @@ class StreamIdStore(StreamStore):
     async def claim(self, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
-        entry_id = f"{request.slot}-0"
-        key = self.keys(request.job).claims
-        read = wire.command(["XRANGE", key, entry_id, entry_id])
-        try:  # both in one write: the read-back costs a refused claim no second round trip
-            added, entries = await wire.pipelined(
-                self.client.connection_pool, self._xadd(request) + read, 2
-            )
+        pool = self.client.connection_pool
+        try:
+            try:
+                await wire.call(pool, self._xadd(request))
+                return decided(True, request.token, request.instance)
+            except rex.ResponseError as exc:
+                if REFUSED not in str(exc):
+                    raise
+            entry_id = f"{request.slot}-0"
+            key = self.keys(request.job).claims
+            entries = await wire.call(pool, wire.command(["XRANGE", key, entry_id, entry_id]))
         except (rex.RedisError, OSError) as exc:
             await self._refuse(request.job, exc)
-        if not isinstance(added, Exception):
-            return decided(True, request.token, request.instance)
-        if REFUSED not in str(added):
-            await self._refuse(request.job, added)
-        if isinstance(entries, Exception):
-            await self._refuse(request.job, entries)
         if not entries:
             return _late(request)
         _, _, token, holder = parse_entry(_entry(entries[0]), key)
