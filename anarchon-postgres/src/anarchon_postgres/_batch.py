@@ -146,7 +146,8 @@ BEGIN
         OFFSET 0  -- a fence: each request is decided once, in this order, for every aggregate
       ) d;
     IF v_answered IS NOT NULL THEN
-        RETURN QUERY SELECT u.n::integer, u.answer FROM unnest(v_answered, v_answer) AS u(n, answer);
+        RETURN QUERY SELECT u.n::integer, u.answer
+            FROM unnest(v_answered, v_answer) AS u(n, answer);
     END IF;
     IF v_n IS NULL THEN  -- every request answered: no lock, no write
         RETURN;

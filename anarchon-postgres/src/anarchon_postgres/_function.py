@@ -8,9 +8,9 @@ than ``SELECT 1``. The steps:
 
 1. **The read before the lock.** One plain read of the run (when there is none, the lateness
    check and, for overlap ``skip``, one index seek for another live run). A finished run, the
-   caller's own run, a live lease, a late slot and an overlap are answered here: the transaction
-   stays read-only, so it takes no row lock, gets no transaction id and needs no WAL flush.
-   Losing costs a read.
+   caller's own run, a live lease, a late slot and an overlap are answered here (the query of the
+   read builds the answer): the transaction stays read-only, so it takes no row lock, gets no
+   transaction id and needs no WAL flush. Losing costs a read; so does a backup's check (L10).
 2. **The lock.** Otherwise ``SELECT ... FOR UPDATE`` of the job's row in ``<table>_jobs``
    (which also returns the job's forgotten floor, L11), or, for a job never claimed, ``INSERT ...
    ON CONFLICT DO NOTHING`` of that row (a row inserted is locked by its inserter; when another
@@ -19,8 +19,9 @@ than ``SELECT 1``. The steps:
    rewritten (no new row version, no dead tuple per claim). ``now`` is read from
    ``clock_timestamp()`` *after* the lock (``now()`` is frozen at the transaction start, T1);
    every later statement takes a fresh snapshot (READ COMMITTED), so it sees what the previous
-   claim of the job wrote. A claimable slot is then ``INSERT ... ON CONFLICT DO NOTHING``: the
-   usual win is that one statement. Otherwise the run is read ``FOR UPDATE`` and decided as
+   claim of the job wrote. A claimable slot is then ``INSERT ... ON CONFLICT DO NOTHING``, whose
+   condition is also the overlap check: the usual win is that one statement. Otherwise the run
+   is read ``FOR UPDATE``: absent, it was an overlap; present, it is decided as
    `anarchon._leases.decide_claim` does, in SQL: takeover, interrupted, or nothing.
 3. **Retention (L11)**, on a new run only, bounded to `SWEEP_MAX_ROWS` deletions per claim.
 
@@ -116,31 +117,13 @@ def run_answer(run: str, token: str) -> str:
 # expression that reads none (an assignment, an IF) costs next to nothing. So the body spends
 # queries only where it must: the usual loss is one query, the usual win four (the read, the
 # lock, the INSERT, the retention seek), five with overlap skip (the overlap seek before the
-# lock; the one under the lock is part of the INSERT). The request is split in the query of the read
-# (split_part), and into an array only after it.
+# lock; the one under the lock is part of the INSERT). The request is split in the query of the
+# read (split_part), and into an array only after it.
 _BODY = """
 DECLARE
     v_now bigint := coalesce(nullif(split_part(p, ' ', 7), '')::bigint,
                              floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
     v_answer text;
-    a text[];
-    v_slot bigint;
-    v_holder text;
-    v_outcome text;
-    v_floor bigint;
-    v_exists boolean := false;
-    v_status text;  -- the run, read FOR UPDATE under the lock
-    v_attempt integer;
-    v_token text;
-    v_run_holder text;
-    v_lease_until bigint;
-    v_first_status text;  -- the job's oldest run (retention)
-    v_first_lease_until bigint;
-    v_first_keep_until bigint;
-    v_oldest record;
-    v_count integer;
-    v_excess integer;
-    v_last bigint;
 BEGIN
     -- 1. The read before the lock: the answer of a run that needs no write, in the query.
     SELECT CASE WHEN x.status <> 'running' OR x.token = split_part(p, ' ', 4)
@@ -152,120 +135,146 @@ BEGIN
     IF v_answer IS NOT NULL THEN  -- finished (L6), the caller's own (L2), a live lease (L3)
         RETURN v_answer;
     END IF;
-    a := string_to_array(p, ' ');
-    v_slot := a[3];
-    IF NOT FOUND THEN
-        -- No run. The forgotten floor (L11) is read only before answering overlap, and under
-        -- the lock.
-        IF v_now - v_slot > a[5]::bigint THEN
-            RETURN {answer_late};
-        END IF;
-        -- (Nested IFs: an IF whose condition reads a table is a query even when the test
-        -- before its AND is false.)
-        IF a[6] = '1' THEN
-            IF EXISTS (
-                SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                    AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
-            ) THEN
-                SELECT j.floor INTO v_floor FROM {jobs} j WHERE j.prefix = a[1] AND j.job = a[2];
-                RETURN {answer_overlap};
+    -- The rest has its own block: the variables of a block are set up each time it is
+    -- entered, and a loss never enters this one.
+    DECLARE
+        a text[];
+        v_slot bigint;
+        v_holder text;
+        v_outcome text;
+        v_floor bigint;
+        v_exists boolean := false;
+        v_status text;  -- the run, read FOR UPDATE under the lock
+        v_attempt integer;
+        v_token text;
+        v_run_holder text;
+        v_lease_until bigint;
+        v_first_status text;  -- the job's oldest run (retention)
+        v_first_lease_until bigint;
+        v_first_keep_until bigint;
+        v_oldest record;
+        v_count integer;
+        v_excess integer;
+        v_last bigint;
+    BEGIN
+        a := string_to_array(p, ' ');
+        v_slot := a[3];
+        IF NOT FOUND THEN
+            -- No run. The forgotten floor (L11) is read only before answering overlap, and under
+            -- the lock.
+            IF v_now - v_slot > a[5]::bigint THEN
+                RETURN {answer_late};
             END IF;
-        END IF;
-    END IF;
-
-    -- 2. The lock, waiting at most the lock timeout: the connection's, when it has the store's
-    -- (sent at connect), else set for this transaction (through PgBouncer, say, which does not
-    -- pass the connection's settings on).
-    IF a[12] <> '0' AND current_setting('lock_timeout') <> a[12] THEN
-        v_outcome := set_config('lock_timeout', a[12], true);
-        v_outcome := NULL;
-    END IF;
-    -- The job's row lock: FOR UPDATE on the row when it exists (no new row version, so the
-    -- usual claim does not rewrite it); a new job's row is inserted, which locks it just as well.
-    LOOP
-        SELECT j.floor INTO v_floor FROM {jobs} j
-            WHERE j.prefix = a[1] AND j.job = a[2] FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO {jobs} (prefix, job) VALUES (a[1], a[2])
-            ON CONFLICT (prefix, job) DO NOTHING;
-        EXIT WHEN FOUND;  -- else another claim inserted it first: lock it on the next turn
-    END LOOP;
-    v_now := coalesce(nullif(a[7], '')::bigint,
-                      floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
-    v_holder := array_to_string(a[13:], ' ');
-
-    -- 3. The decision, under the lock (T1: the clock read after it).
-    IF (v_floor IS NOT NULL AND v_slot <= v_floor) OR v_now - v_slot > a[5]::bigint THEN
-        v_outcome := 'late';
-    ELSE
-        -- Claimable if absent and, for overlap skip, no other run of the job holds a live
-        -- lease: the usual win is this one statement.
-        INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
-                            lease_until, finished_at, error, keep_until)
-            SELECT a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
-                   v_now + a[8]::bigint, NULL, NULL, a[10]::bigint
-             WHERE a[6] <> '1' OR NOT EXISTS (
-                   SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                      AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot)
-            ON CONFLICT (prefix, job, slot) DO NOTHING;
-        v_exists := NOT FOUND;  -- not inserted: the run exists, or an overlap
-    END IF;
-    IF v_outcome IS NOT NULL OR v_exists THEN  -- decide on the run (L2-L6) if it exists
-        SELECT x.status, x.attempt, x.token, x.holder, x.lease_until
-          INTO v_status, v_attempt, v_token, v_run_holder, v_lease_until
-          FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot
-           FOR UPDATE;
-        IF NOT FOUND THEN  -- late, or (not inserted, no run) an overlap
-            v_outcome := coalesce(v_outcome, 'overlap');
-            RETURN {answer_locked};
-        END IF;
-    ELSE
-        -- 4. Retention (L11): only when the job's oldest run could go does it cost more than
-        -- this one seek.
-        SELECT x.status, x.lease_until, x.keep_until
-          INTO v_first_status, v_first_lease_until, v_first_keep_until
-          FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT 1;
-        IF v_first_keep_until < v_now
-           AND NOT (v_first_status = 'running' AND coalesce(v_first_lease_until >= v_now, false))
-        THEN
-            SELECT count(*) INTO v_count FROM (
-                SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                LIMIT a[11]::integer + {sweep}) c;
-            v_excess := least(v_count - a[11]::integer, {sweep});
-            IF v_excess > 0 THEN
-                FOR v_oldest IN
-                    SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-                    WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT v_excess
-                LOOP
-                    EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
-                        v_oldest.status = 'running'
-                        AND coalesce(v_oldest.lease_until >= v_now, false)));
-                    v_last := v_oldest.slot;
-                END LOOP;
-                IF v_last IS NOT NULL THEN
-                    DELETE FROM {runs} x
-                        WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot <= v_last;
-                    UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-                        WHERE j.prefix = a[1] AND j.job = a[2];
+            -- (Nested IFs: an IF whose condition reads a table is a query even when the test
+            -- before its AND is false.)
+            IF a[6] = '1' THEN
+                IF EXISTS (
+                    SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                        AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
+                ) THEN
+                    SELECT j.floor INTO v_floor FROM {jobs} j
+                     WHERE j.prefix = a[1] AND j.job = a[2];
+                    RETURN {answer_overlap};
                 END IF;
             END IF;
         END IF;
-        RETURN {answer_won};
-    END IF;
 
-    -- The run exists (locked FOR UPDATE): L2-L6.
-    IF v_status <> 'running' OR v_token = a[4] OR v_lease_until >= v_now THEN  -- L6, L2, L3
-        RETURN {answer_run};
-    ELSIF v_attempt < a[9]::integer THEN                                      -- L4
-        UPDATE {runs} x SET attempt = v_attempt + 1, token = a[4], holder = v_holder,
-                claimed_at = v_now, lease_until = v_now + a[8]::bigint
+        -- 2. The lock, waiting at most the lock timeout: the connection's, when it has the store's
+        -- (sent at connect), else set for this transaction (through PgBouncer, say, which does not
+        -- pass the connection's settings on).
+        IF a[12] <> '0' AND current_setting('lock_timeout') <> a[12] THEN
+            v_outcome := set_config('lock_timeout', a[12], true);
+            v_outcome := NULL;
+        END IF;
+        -- The job's row lock: FOR UPDATE on the row when it exists (no new row version, so the
+        -- usual claim does not rewrite it); a new job's row is inserted, which locks it just as
+        -- well.
+        LOOP
+            SELECT j.floor INTO v_floor FROM {jobs} j
+                WHERE j.prefix = a[1] AND j.job = a[2] FOR UPDATE;
+            EXIT WHEN FOUND;
+            INSERT INTO {jobs} (prefix, job) VALUES (a[1], a[2])
+                ON CONFLICT (prefix, job) DO NOTHING;
+            EXIT WHEN FOUND;  -- else another claim inserted it first: lock it on the next turn
+        END LOOP;
+        v_now := coalesce(nullif(a[7], '')::bigint,
+                          floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+        v_holder := array_to_string(a[13:], ' ');
+
+        -- 3. The decision, under the lock (T1: the clock read after it).
+        IF (v_floor IS NOT NULL AND v_slot <= v_floor) OR v_now - v_slot > a[5]::bigint THEN
+            v_outcome := 'late';
+        ELSE
+            -- Claimable if absent and, for overlap skip, no other run of the job holds a live
+            -- lease: the usual win is this one statement.
+            INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
+                                lease_until, finished_at, error, keep_until)
+                SELECT a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
+                       v_now + a[8]::bigint, NULL, NULL, a[10]::bigint
+                 WHERE a[6] <> '1' OR NOT EXISTS (
+                       SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                          AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot)
+                ON CONFLICT (prefix, job, slot) DO NOTHING;
+            v_exists := NOT FOUND;  -- not inserted: the run exists, or an overlap
+        END IF;
+        IF v_outcome IS NOT NULL OR v_exists THEN  -- decide on the run (L2-L6) if it exists
+            SELECT x.status, x.attempt, x.token, x.holder, x.lease_until
+              INTO v_status, v_attempt, v_token, v_run_holder, v_lease_until
+              FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot
+               FOR UPDATE;
+            IF NOT FOUND THEN  -- late, or (not inserted, no run) an overlap
+                v_outcome := coalesce(v_outcome, 'overlap');
+                RETURN {answer_locked};
+            END IF;
+        ELSE
+            -- 4. Retention (L11): only when the job's oldest run could go does it cost more than
+            -- this one seek.
+            SELECT x.status, x.lease_until, x.keep_until
+              INTO v_first_status, v_first_lease_until, v_first_keep_until
+              FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT 1;
+            IF v_first_keep_until < v_now
+               AND NOT (v_first_status = 'running'
+                        AND coalesce(v_first_lease_until >= v_now, false))
+            THEN
+                SELECT count(*) INTO v_count FROM (
+                    SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                    LIMIT a[11]::integer + {sweep}) c;
+                v_excess := least(v_count - a[11]::integer, {sweep});
+                IF v_excess > 0 THEN
+                    FOR v_oldest IN
+                        SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
+                        WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT v_excess
+                    LOOP
+                        EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
+                            v_oldest.status = 'running'
+                            AND coalesce(v_oldest.lease_until >= v_now, false)));
+                        v_last := v_oldest.slot;
+                    END LOOP;
+                    IF v_last IS NOT NULL THEN
+                        DELETE FROM {runs} x
+                            WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot <= v_last;
+                        UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
+                            WHERE j.prefix = a[1] AND j.job = a[2];
+                    END IF;
+                END IF;
+            END IF;
+            RETURN {answer_won};
+        END IF;
+
+        -- The run exists (locked FOR UPDATE): L2-L6.
+        IF v_status <> 'running' OR v_token = a[4] OR v_lease_until >= v_now THEN  -- L6, L2, L3
+            RETURN {answer_run};
+        ELSIF v_attempt < a[9]::integer THEN                                      -- L4
+            UPDATE {runs} x SET attempt = v_attempt + 1, token = a[4], holder = v_holder,
+                    claimed_at = v_now, lease_until = v_now + a[8]::bigint
+                WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
+            RETURN {answer_takeover};
+        END IF;
+        UPDATE {runs} x SET status = 'interrupted', finished_at = v_now,               -- L5
+                error = format('lease of attempt %s ran out with no attempts left', v_attempt)
             WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
-        RETURN {answer_takeover};
-    END IF;
-    UPDATE {runs} x SET status = 'interrupted', finished_at = v_now,               -- L5
-            error = format('lease of attempt %s ran out with no attempts left', v_attempt)
-        WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
-    RETURN {answer_interrupted};
+        RETURN {answer_interrupted};
+    END;
 END
 """
 
