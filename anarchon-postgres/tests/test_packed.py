@@ -113,6 +113,13 @@ async def test_a_holder_with_spaces_comes_back_whole(pg_store: PostgresStore) ->
     again = await pg_store.claim_many([ClaimRequest(job=j, slot=now, instance="b") for j in "xy"])
     assert [(c.outcome, c.holder) for c in again] == [(Outcome.RUNNING, holder)] * 2
     assert (await pg_store.history("x"))[0].holder == holder
+    # A batch of several slots goes through the claim function once per request.
+    mixed = [ClaimRequest(job="z", slot=now - 1000, instance=holder), *batch]
+    assert [(c.outcome, c.holder) for c in await pg_store.claim_many(mixed)] == [
+        (Outcome.WON, holder),
+        (Outcome.WON, holder),
+        (Outcome.WON, holder),
+    ]
 
 
 async def test_the_connection_has_the_lock_timeout(schema: str) -> None:
