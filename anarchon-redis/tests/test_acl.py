@@ -13,8 +13,9 @@ import pytest
 
 import anarchon
 from anarchon import LeaseStore, Outcome, RunStatus, SupportsClaimMany
-from anarchon_redis import RedisLeaseStore
+from anarchon_redis._idmp import IDMP
 from anarchon_redis._lease import LEASE
+from anarchon_redis._script import WINDOW
 
 if TYPE_CHECKING:
     from conftest import EnvFactory
@@ -36,15 +37,15 @@ def documented_commands() -> list[str]:
         pytest.param("redis", "lease", True, id="redis-lease"),
         pytest.param("redis", "lease", False, id="redis-lease-without-functions"),
         pytest.param("redis", "stream-id", False, id="redis-stream-id"),
-        pytest.param("redis", "script", False, id="redis-script"),
-        pytest.param("redis86", "idmp", False, id="redis86-idmp"),
+        pytest.param("redis", "script", True, id="redis-script"),
+        pytest.param("redis86", "idmp", True, id="redis86-idmp"),
         pytest.param("valkey", "lease", True, id="valkey-lease"),
     ],
 )
 async def test_documented_acl_is_enough(
     env_on: EnvFactory, server: str, strategy: str, functions: bool
 ) -> None:
-    """Without ``+fcall +function|load`` the lease claims are scripts (the docs say so)."""
+    """Without ``+fcall +function|load`` the claims are scripts (the docs say so)."""
     env = await env_on(server)
     user, password = "anarchon-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
     extra = ["+xcfgset"] if strategy == "idmp" else []
@@ -74,11 +75,11 @@ async def test_documented_acl_is_enough(
                 assert await store.release("b0", slot, batch[0].token or "")
                 assert await store.finish("job", slot, mine.token, RunStatus.SUCCEEDED)
             await env.raw.script_flush()  # the scripts are sent whole again, as after a restart
-            if functions and LEASE.function:  # ours only: the server is shared
-                await env.raw.function_delete(LEASE.function)
+            if functions:  # ours only: the server is shared
+                script = {"lease": LEASE, "script": WINDOW, "idmp": IDMP}[strategy]
+                await env.raw.function_delete(script.function)
             assert (await store.claim(env.request("after", slot))).won
-            if isinstance(store, RedisLeaseStore):
-                assert store._functions is functions
+            assert store._functions is functions  # type: ignore[attr-defined]
         finally:
             await store.close()
     finally:

@@ -41,7 +41,7 @@ from ._wire import bulk
 __all__ = ["IdmpStore"]
 
 CONFIG = Script("idmp_config.lua")
-IDMP = Script("idmp.lua", claims=True)
+IDMP = Script("idmp.lua", claims=True, entry="idmp")
 
 
 class IdmpStore(StreamStore):
@@ -71,7 +71,7 @@ class IdmpStore(StreamStore):
                 f"{name} {version}: use strategy=script, which works on every Redis and Valkey"
             )
         await CONFIG.load(client)
-        await IDMP.load(client)
+        self._functions = await IDMP.load_function(client)
 
     def _check_settings(self, keys: JobKeys, current: Any) -> None:
         """`current` is the configuration script's answer: the stream's settings in force."""
@@ -107,7 +107,11 @@ class IdmpStore(StreamStore):
             self._check_settings(self.keys(job), replies[i])
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        (claim,) = await self.claim_many([request])
+        if request.job not in self._configured:
+            await self._configure_many([request.job])
+        claim = await self._decided_one(IDMP, self._option, request, _decide)
+        if claim is None:  # the stream vanished: claim_many configures it again and retries
+            (claim,) = await self.claim_many([request])
         return claim
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:

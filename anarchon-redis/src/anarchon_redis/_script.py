@@ -18,7 +18,7 @@ from ._wire import bulk
 
 __all__ = ["ScriptStore"]
 
-WINDOW = Script("window.lua", claims=True)
+WINDOW = Script("window.lua", claims=True, entry="window")
 
 
 class ScriptStore(StreamStore):
@@ -35,7 +35,7 @@ class ScriptStore(StreamStore):
         return self.options.script_window_ms
 
     async def _prepare(self, client: aioredis.Redis) -> None:
-        await WINDOW.load(client)
+        self._functions = await WINDOW.load_function(client)
 
     def _ask(self, request: ClaimRequest) -> str:
         return f"{request.slot} {request.token} {request.max_late_ms} {request.instance}"

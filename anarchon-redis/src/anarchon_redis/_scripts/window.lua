@@ -10,10 +10,8 @@
 -- included), so the scan, newest first, stops at the first entry whose max is below the slot:
 -- no entry at or below it can hold the slot. A job whose slots are claimed in order, as the
 -- scheduler claims them, reads one or two entries per claim instead of the whole window.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = string.format('%d', now)
 local PAGES = {1, 16, 128}
+local now, now_s -- of the call being served: set by window()
 
 local function claim(first, request, window)
   local key = KEYS[first + 1]
@@ -58,4 +56,11 @@ local function claim(first, request, window)
   return 'added ' .. now_s
 end
 
-return each_job(1, claim)
+-- One call. The store calls it as a Redis function (FCALL) where the server has them, else as
+-- a script ('return window()').
+local function window()
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_s = string.format('%d', now)
+  return each_job(1, claim)
+end
