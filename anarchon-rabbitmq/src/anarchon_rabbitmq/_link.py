@@ -17,13 +17,14 @@ from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, red
 
 from ._options import RabbitMQOptions
 
-__all__ = ["DECLARE_BATCH", "Link", "broken", "driver_url"]
+__all__ = ["DECLARE_BATCH", "DECLARE_TRIES", "Link", "broken", "driver_url"]
 
 log = logging.getLogger("anarchon.rabbitmq")
 
 DECLARE_BATCH = 256
 """`Link.declare` sends this many declarations (no-wait), then waits for the broker to reach
 them, so a preparation of thousands of queues never floods the broker or the connection."""
+DECLARE_TRIES = 3
 
 _DRIVER_ERRORS = (
     aiormq.exceptions.AMQPError,
@@ -181,45 +182,55 @@ class Link:
     ) -> None:
         """Declare durable `queues` with `arguments` on a channel of their own (not a claim's:
         a claim queued behind thousands of declarations would wait for them), `DECLARE_BATCH`
-        at a time, stopping early once `until()` is true. Raises `StoreUnavailable` if the link
-        breaks, and the driver's channel error if the broker refuses a declaration (which closes
-        that channel)."""
+        at a time, stopping early once `until()` is true. A batch the broker answers with
+        NOT_FOUND (RabbitMQ 3.10 says "home node ... is down" to a declaration that races
+        another's creation of the same queue) is sent again on a new channel, up to
+        `DECLARE_TRIES` times. Raises `StoreUnavailable` if the link breaks, and the driver's
+        channel error if the broker refuses a declaration (which closes that channel)."""
         async with self._declare_lock:
-            channel = self._declaring
-            if channel is None or channel.is_closed or not self.connected:
-                async with self._lock:
-                    connection = await self._connected()
-                try:
-                    channel = await asyncio.wait_for(
-                        connection.channel(publisher_confirms=False),
-                        self._options.connect_timeout_ms / 1000,
-                    )
-                except Exception as exc:
-                    if not broken(exc):
-                        raise
-                    raise self.unavailable("cannot open a channel", exc) from None
-                self._declaring = channel
+            for start in range(0, len(queues), DECLARE_BATCH):
+                if until():
+                    return
+                batch = queues[start : start + DECLARE_BATCH]
+                for attempt in range(1, DECLARE_TRIES + 1):
+                    try:
+                        await self._declare_batch(batch, arguments)
+                        break
+                    except aiormq.exceptions.ChannelNotFoundEntity:
+                        if attempt == DECLARE_TRIES:
+                            raise
+
+    async def _declare_batch(self, batch: Sequence[str], arguments: dict[str, Any]) -> None:
+        channel = self._declaring
+        if channel is None or channel.is_closed or not self.connected:
+            async with self._lock:
+                connection = await self._connected()
             try:
-                for start in range(0, len(queues), DECLARE_BATCH):
-                    if until():
-                        return
-                    for queue in queues[start : start + DECLARE_BATCH]:
-                        await channel.queue_declare(
-                            queue, durable=True, nowait=True, arguments=arguments
-                        )
-                    # A round trip behind them: the broker has handled every declaration sent.
-                    await channel.basic_qos(prefetch_count=0)
-            except asyncio.CancelledError:
-                # A reply may still be on its way: the next preparation takes a new channel.
-                self._declaring = None
-                self._background(_quietly_close(channel))
-                raise
-            except aiormq.exceptions.ChannelClosed:
-                raise  # the broker refused one (PRECONDITION_FAILED, ACCESS_REFUSED)
+                channel = await asyncio.wait_for(
+                    connection.channel(publisher_confirms=False),
+                    self._options.connect_timeout_ms / 1000,
+                )
             except Exception as exc:
                 if not broken(exc):
                     raise
-                raise self.unavailable(f"declaring {len(queues)} queue(s) failed", exc) from None
+                raise self.unavailable("cannot open a channel", exc) from None
+            self._declaring = channel
+        try:
+            for queue in batch:
+                await channel.queue_declare(queue, durable=True, nowait=True, arguments=arguments)
+            # A round trip behind them: the broker has handled every declaration sent.
+            await channel.basic_qos(prefetch_count=0)
+        except asyncio.CancelledError:
+            # A reply may still be on its way: the next preparation takes a new channel.
+            self._declaring = None
+            self._background(_quietly_close(channel))
+            raise
+        except aiormq.exceptions.ChannelClosed:
+            raise  # the broker refused one (NOT_FOUND, PRECONDITION_FAILED, ACCESS_REFUSED)
+        except Exception as exc:
+            if not broken(exc):
+                raise
+            raise self.unavailable(f"declaring {len(batch)} queue(s) failed", exc) from None
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)

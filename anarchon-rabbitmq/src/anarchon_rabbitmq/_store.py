@@ -295,6 +295,11 @@ class RabbitMQStore(ClaimStore):
             (aiormq.exceptions.ChannelPreconditionFailed, aiormq.exceptions.ChannelAccessRefused),
         ) and f"'{queue}'" in str(exc):
             raise self._refusal(exc, queue) from None
+        if isinstance(exc, aiormq.exceptions.ChannelNotFoundEntity) and f"'{queue}'" in str(exc):
+            # The claim's own declaration failed (RabbitMQ 3.10 answers one that races another
+            # instance's creation of the queue with "home node ... is down"): the broker closed
+            # the channel before the publish behind it, so nothing was stored. Resend it.
+            raise self._link.unavailable(f"RabbitMQ did not declare {queue}; resend", exc)
         if broken(exc):
             return await self._settle(request, queue, f"{type(exc).__name__} before the confirm")
         raise exc
