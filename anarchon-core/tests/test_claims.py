@@ -38,3 +38,19 @@ def test_fencing_token_grows_with_slot_then_attempt() -> None:
     assert tokens == sorted(tokens)
     assert len(set(tokens)) == len(tokens)
     assert fencing_token(4_102_444_800_000, 999) < 2**63
+
+
+def test_L11_sweeps_now_picks_about_one_claim_in_sweep_every() -> None:
+    from anarchon._leases import SWEEP_EVERY_MAX, sweep_every, sweeps_now
+
+    assert sweep_every(1) == sweep_every(31) == 1, "small histories are swept by every claim"
+    assert sweep_every(256) == 16
+    assert sweep_every(1000) == 62
+    assert sweep_every(10**6) == SWEEP_EVERY_MAX
+    assert all(sweeps_now("job", slot, 31) for slot in range(100))
+    slots = range(1_800_000_000_000, 1_800_000_000_000 + 64_000 * 1000, 1000)
+    picked = [s for s in slots if sweeps_now("job", s, 1000)]
+    assert 64_000 / 62 * 0.8 < len(picked) < 64_000 / 62 * 1.2, len(picked)
+    assert picked == [s for s in slots if sweeps_now("job", s, 1000)], "deterministic"
+    other = {s for s in slots if sweeps_now("other", s, 1000)}
+    assert len(other & set(picked)) < len(picked) / 4, "jobs of one slot do not sweep together"

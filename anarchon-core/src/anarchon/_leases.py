@@ -7,6 +7,7 @@ checked against `memory://` by the conformance kit.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 import attrs
@@ -14,7 +15,34 @@ import attrs
 from ._claims import Claim, ClaimRequest, Outcome, Overlap
 from ._runs import RunRecord, RunStatus
 
-__all__ = ["decide_claim", "keep_until", "late_reason"]
+__all__ = [
+    "SWEEP_EVERY_MAX",
+    "decide_claim",
+    "keep_until",
+    "late_reason",
+    "sweep_every",
+    "sweeps_now",
+]
+
+
+SWEEP_EVERY_MAX = 64
+"""L11 in steady state: a store that counts a job's runs to find what may go (a walk of up to
+``history_limit`` index entries) does so only on about one claim in `sweep_every`, at least once
+in this many, and then sweeps up to its batch (100 runs in the shipped stores)."""
+
+
+def sweep_every(history_limit: int) -> int:
+    """One claim in how many counts and sweeps: ``history_limit / 16``, from 1 to
+    `SWEEP_EVERY_MAX`, so a job's history holds about that many runs beyond its limit while the
+    count costs a claim a few microseconds on average."""
+    return max(1, min(SWEEP_EVERY_MAX, history_limit // 16))
+
+
+def sweeps_now(job: str, slot: int, history_limit: int) -> bool:
+    """Whether the claim of (job, slot) is one that sweeps: picked by a hash of both, so the
+    same claim always decides alike and the jobs of one slot do not all sweep at once."""
+    every = sweep_every(history_limit)
+    return every == 1 or zlib.crc32(f"{job}\0{slot}".encode()) % every == 0
 
 
 def keep_until(request: ClaimRequest, margin_ms: int) -> int:

@@ -37,7 +37,7 @@ from psycopg import sql
 from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
 from anarchon._leases import keep_until
 
-from ._function import SWEEP_MAX_ROWS, answer, quoted_body, run_answer
+from ._function import SWEEP_MAX_ROWS, answer, quoted_body, run_answer, sweeps_now
 from ._names import Names
 from ._rows import claim_from_answer
 
@@ -234,7 +234,8 @@ BEGIN
     END IF;
 
     -- 5. Retention (L11) after new runs, as the claim function does after each win: the cheap
-    -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can.
+    -- test (can the job's oldest run go?) for all at once, the bounded sweep only where it can,
+    -- and, as there, only for the jobs whose (job, slot) hash picks this claim to sweep.
     -- (For every pending job: when not all of them won a new run, testing a few more is
     -- harmless, and cheaper than finding out which.)
     IF v_inserted = 0 THEN
@@ -247,6 +248,7 @@ BEGIN
              WHERE x.prefix = p_prefix AND x.job = w.job ORDER BY x.slot LIMIT 1) o
         WHERE o.keep_until < v_now
           AND NOT (o.status = 'running' AND coalesce(o.lease_until >= v_now, false))
+          AND {sweeps_now}
     LOOP
         SELECT count(*) INTO v_count FROM (
             SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_one
@@ -292,6 +294,7 @@ def create_many_function(names: Names) -> sql.Composed:
         jobs=names.jobs,
         claim=names.claim,
         sweep=sql.Literal(SWEEP_MAX_ROWS),
+        sweeps_now=sweeps_now("w.job", "p_slot", "p_history_limit"),
         **{name: sql.SQL(expression) for name, expression in _ANSWERS.items()},
     )
     return sql.SQL(_SIGNATURE).format(claim_many=names.claim_many, body=quoted_body(body))

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
+from anarchon._leases import SWEEP_EVERY_MAX
+
 from ._names import Names
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "lock_timeout_setting",
     "quoted_body",
     "run_answer",
+    "sweeps_now",
 ]
 
 SWEEP_MAX_ROWS = 100
@@ -81,6 +84,16 @@ ARGUMENT_TYPES = "text"
 """The function's signature, for ``to_regprocedure``."""
 
 _TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+
+
+def sweeps_now(job: str, slot: str, history_limit: str) -> sql.SQL:
+    """The SQL condition "this claim does the job's retention sweep": true for about one claim in
+    ``clamp(history_limit / 16, 1, SWEEP_EVERY_MAX)``, picked by a hash of (job, slot), so that
+    the same claim always decides alike and jobs of one slot do not all sweep at once (the rate
+    of `anarchon._leases.sweep_every`). Arguments are SQL expressions (trusted: the functions'
+    own variables)."""
+    every = f"greatest(1, least({SWEEP_EVERY_MAX}, {history_limit} / 16))"
+    return sql.SQL(f"mod((hashtext({job}) # hashint8({slot})) & 2147483647, {every}) = 0")
 
 
 def lock_timeout_setting(ms: int) -> str:
@@ -228,13 +241,17 @@ BEGIN
             END IF;
         ELSE
             -- 4. Retention (L11): only when the job's oldest run could go does it cost more than
-            -- this one seek.
+            -- this one seek; and then counting the job's runs walks up to history_limit index
+            -- entries, so only one claim in about history_limit / 16 (at most 64) counts and
+            -- sweeps (up to {sweep} runs), picked by a hash of (job, slot): a job's history
+            -- holds about history_limit / 16 runs beyond its limit, at a few microseconds a claim.
             SELECT x.status, x.lease_until, x.keep_until
               INTO v_first_status, v_first_lease_until, v_first_keep_until
               FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT 1;
             IF v_first_keep_until < v_now
                AND NOT (v_first_status = 'running'
                         AND coalesce(v_first_lease_until >= v_now, false))
+               AND {sweeps_now}
             THEN
                 SELECT count(*) INTO v_count FROM (
                     SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
@@ -333,6 +350,10 @@ def create_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the claim, with every name quoted."""
     answers = {name: sql.SQL(expression) for name, expression in _ANSWERS.items()}
     body = sql.SQL(_BODY).format(
-        runs=names.runs, jobs=names.jobs, sweep=sql.Literal(SWEEP_MAX_ROWS), **answers
+        runs=names.runs,
+        jobs=names.jobs,
+        sweep=sql.Literal(SWEEP_MAX_ROWS),
+        sweeps_now=sweeps_now("a[2]", "v_slot", "a[11]::integer"),
+        **answers,
     )
     return sql.SQL(_SIGNATURE).format(claim=names.claim, body=quoted_body(body))

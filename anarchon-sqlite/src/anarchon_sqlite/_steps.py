@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import decide_claim, keep_until
+from anarchon._leases import decide_claim, keep_until, sweeps_now
 
 from . import _rows as sql
 from ._schema import RUNS
@@ -95,7 +95,9 @@ class Steps:
         if run is None:
             keep = keep_until(request, self.retention_margin_ms)
             conn.execute(sql.INSERT_RUN, (self.prefix, request.job, *_values(write), keep))
-            if row[10]:  # the oldest run could go: L11 retention may have work to do
+            # The oldest run could go: L11 retention may have work to do, done by about one
+            # claim in sweep_every(history_limit) (counting walks the job's runs).
+            if row[10] and sweeps_now(request.job, request.slot, self.history_limit):
                 self._sweep(conn, request.job, now)
         else:
             conn.execute(sql.UPDATE_RUN, (*_values(write)[1:], *key))
