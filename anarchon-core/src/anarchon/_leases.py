@@ -16,7 +16,10 @@ from ._claims import Claim, ClaimRequest, Outcome, Overlap
 from ._runs import RunRecord, RunStatus
 
 __all__ = [
+    "INTERRUPTED_REASON",
+    "OVERLAP_REASON",
     "SWEEP_EVERY_MAX",
+    "claim_from_outcome",
     "decide_claim",
     "keep_until",
     "late_reason",
@@ -24,6 +27,9 @@ __all__ = [
     "sweeps_now",
 ]
 
+
+OVERLAP_REASON = "another run of this job holds a live lease and overlap is 'skip'"
+INTERRUPTED_REASON = "run interrupted: the last attempt's lease ran out"
 
 SWEEP_EVERY_MAX = 64
 """L11 in steady state: a store that counts a job's runs to find what may go (a walk of up to
@@ -80,7 +86,7 @@ def decide_claim(
         if request.overlap is Overlap.SKIP and other_live():
             return Claim(
                 outcome=Outcome.OVERLAP,
-                reason="another run of this job holds a live lease and overlap is 'skip'",
+                reason=OVERLAP_REASON,
             ), None
         new = RunRecord(
             job=request.job,
@@ -135,7 +141,7 @@ def decide_claim(
         token=run.token,
         holder=run.holder,
         lease_until=run.lease_until,
-        reason="run interrupted: the last attempt's lease ran out",
+        reason=INTERRUPTED_REASON,
     ), interrupted
 
 
@@ -146,4 +152,49 @@ def _won(run: RunRecord) -> Claim:
         token=run.token,
         holder=run.holder,
         lease_until=run.lease_until,
+    )
+
+
+def claim_from_outcome(
+    request: ClaimRequest,
+    outcome: str,
+    *,
+    attempt: int,
+    token: str,
+    holder: str,
+    lease_until: int | None,
+    status: str,
+    now: int,
+    floor: int | None,
+) -> Claim:
+    """The `Claim` for an answer decided inside a store's server (a Lua script, a SQL function)
+    in the words `decide_claim` uses: outcome ``won``, ``running``, ``late``, ``overlap``,
+    ``done`` (with the run's `status`) or ``interrupted`` (L5). Raises `ValueError` for an
+    outcome or status anarchon never answers: the caller reports it as `StoreCorrupt`, naming
+    its key or table."""
+    if outcome in ("won", "running"):
+        return Claim(
+            outcome=Outcome.WON if outcome == "won" else Outcome.RUNNING,
+            attempt=attempt,
+            token=token,
+            holder=holder,
+            lease_until=lease_until,
+        )
+    if outcome == "late":
+        return Claim(outcome=Outcome.LATE, reason=late_reason(request, now, floor) or "late")
+    if outcome == "overlap":
+        return Claim(outcome=Outcome.OVERLAP, reason=OVERLAP_REASON)
+    if outcome == "done":
+        reason = f"run {RunStatus(status)}"
+    elif outcome == "interrupted":
+        reason = INTERRUPTED_REASON
+    else:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    return Claim(
+        outcome=Outcome.DONE,
+        attempt=attempt,
+        token=token,
+        holder=holder,
+        lease_until=lease_until,
+        reason=reason,
     )

@@ -11,8 +11,8 @@ from typing import Any
 import attrs
 from psycopg import AsyncConnection, sql
 
-from anarchon import Claim, ClaimRequest, Outcome, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import late_reason
+from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
+from anarchon._leases import claim_from_outcome
 
 from ._names import Names
 
@@ -110,6 +110,9 @@ def run_from_row(row: tuple[Any, ...], job: str, where: str) -> RunRecord:
     return RunRecord.from_row(row, job=job, where=where)
 
 
+_STATUSES = frozenset(s.value for s in RunStatus)
+
+
 def _corrupt(answer: object, where: str) -> StoreCorrupt:
     shown = repr(answer)
     if len(shown) > 200:
@@ -127,46 +130,36 @@ def claim_from_answer(answer: object, request: ClaimRequest, where: str) -> Clai
         raise _corrupt(answer, where)
     try:
         outcome, attempt, lease_until, status, now, floor, token, holder = answer.split(" ", 7)
-        if outcome == "running" or outcome == "won":
-            if not token:
-                raise ValueError(token)
-            return Claim(
-                outcome=Outcome.RUNNING if outcome == "running" else Outcome.WON,
-                attempt=int(attempt),
-                token=token,
-                holder=holder,
-                lease_until=int(lease_until),
+        if outcome in ("late", "overlap"):
+            return claim_from_outcome(
+                request,
+                outcome,
+                attempt=0,
+                token="",
+                holder="",
+                lease_until=None,
+                status="",
+                now=int(now),
+                floor=int(floor) if floor else None,
             )
-        if outcome == "late":
-            now_ms = int(now)
-            reason = late_reason(request, now_ms, int(floor) if floor else None) or "late"
-            return Claim(outcome=Outcome.LATE, reason=reason)
-        if outcome == "overlap":
-            return Claim(
-                outcome=Outcome.OVERLAP,
-                reason="another run of this job holds a live lease and overlap is 'skip'",
-            )
-        if outcome == "done":
-            try:
-                reason = f"run {RunStatus(status)}"
-            except ValueError:
-                raise StoreCorrupt(
-                    f"run of job {request.job!r} at slot {request.slot} in {where} has status "
-                    f"{status!r}, which anarchon never writes; remove or repair the row"
-                ) from None
-        elif outcome == "interrupted":
-            reason = "run interrupted: the last attempt's lease ran out"
-        else:
-            raise ValueError(outcome)
         if not token:
             raise ValueError(token)
-        return Claim(
-            outcome=Outcome.DONE,
+        if outcome == "done" and status not in _STATUSES:
+            raise StoreCorrupt(
+                f"run of job {request.job!r} at slot {request.slot} in {where} has status "
+                f"{status!r}, which anarchon never writes; remove or repair the row"
+            )
+        return claim_from_outcome(
+            request,
+            outcome,
             attempt=int(attempt),
             token=token,
             holder=holder,
-            lease_until=int(lease_until) if lease_until else None,
-            reason=reason,
+            # A won or running answer always has a lease: int("") fails it.
+            lease_until=int(lease_until) if lease_until or outcome in ("won", "running") else None,
+            status=status,
+            now=0,
+            floor=None,
         )
     except ValueError:
         raise _corrupt(answer, where) from None

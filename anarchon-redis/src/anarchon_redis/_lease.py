@@ -1,9 +1,10 @@
 """``strategy=lease``: L1-L11 in one Lua script (``_scripts/lease.lua``) on Redis TIME.
 
 Each job's runs are flat strings (see `_runs`) in the hash ``{prefix:job}:runs``, which also
-holds the job's floor (the newest forgotten slot, L11), its number of runs and its live leases
-(for the overlap rule); the sorted set ``:slots`` orders the runs for history and retention, and
-the stream ``:events`` records each claim, takeover and finish. Redis runs a script from start to
+holds the job's floor (the newest forgotten slot, L11) and its number of runs; the sorted set
+``:slots`` orders the runs for history and retention, ``:leases`` holds the running slots by
+lease end (the overlap rule), and the stream ``:events`` records each claim, takeover and
+finish. Redis runs a script from start to
 end before anything else, so every decision is one atomic step (C1).
 
 A claim is one EVALSHA packed by hand (`_wire`); `claim_many` sends the same script with up to
@@ -24,7 +25,6 @@ from anarchon import (
     Claim,
     ClaimRequest,
     LeaseStore,
-    Outcome,
     Overlap,
     RunRecord,
     RunStatus,
@@ -32,7 +32,7 @@ from anarchon import (
     StoreOptions,
     StoreURL,
 )
-from anarchon._leases import decide_claim, keep_until, late_reason
+from anarchon._leases import claim_from_outcome, decide_claim, keep_until
 
 from ._client import Script, guarded, server_now_ms, translated
 from ._keys import JobKeys
@@ -43,8 +43,6 @@ from ._wire import bulk
 __all__ = ["RedisLeaseStore"]
 
 LEASE = Script("lease.lua", claims=True, entry="lease")
-
-_OVERLAP = "another run of this job holds a live lease and overlap is 'skip'"
 
 
 class RedisLeaseStore(RedisStore, LeaseStore):
@@ -168,7 +166,6 @@ class RedisLeaseStore(RedisStore, LeaseStore):
 def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:
     """One job's answer from the claim script (see ``lease.lua``) as a `Claim`."""
     parts = answer.split(" ", 7)
-    outcome = parts[0]
     if len(parts) == 6:  # the run is the caller's own, or there is none
         token, holder = request.token, request.instance
     elif len(parts) == 8:
@@ -177,43 +174,21 @@ def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:
             holder = unquote(holder)
     else:
         raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
+    outcome, attempt, lease, status, now, floor = parts[:6]
     try:
-        if outcome == "won":
-            return Claim(
-                outcome=Outcome.WON,
-                attempt=int(parts[1]),
-                token=token,
-                holder=holder,
-                lease_until=int(parts[2]),
-            )
-        if outcome == "late":
-            floor = None if parts[5] == "-" else int(parts[5])
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=late_reason(request, int(parts[4]), floor) or "late",
-            )
-        if outcome == "overlap":
-            return Claim(outcome=Outcome.OVERLAP, reason=_OVERLAP)
-        attempt, lease = int(parts[1]), int(parts[2])
+        decided = outcome not in ("late", "overlap")
+        return claim_from_outcome(
+            request,
+            outcome,
+            attempt=int(attempt) if decided else 0,
+            token=token,
+            holder=holder,
+            lease_until=int(lease) if decided else None,
+            status=status,
+            now=int(now),
+            floor=None if floor == "-" else int(floor),
+        )
     except ValueError:
         raise StoreCorrupt(
             f"Redis answered {answer!r} to the claim script for job {request.job!r}"
         ) from None
-    if outcome == "running":
-        return Claim(
-            outcome=Outcome.RUNNING, attempt=attempt, token=token, holder=holder, lease_until=lease
-        )
-    if outcome in ("done", "interrupted"):
-        return Claim(
-            outcome=Outcome.DONE,
-            attempt=attempt,
-            token=token,
-            holder=holder,
-            lease_until=lease,
-            reason=f"run {parts[3]}"
-            if outcome == "done"
-            else "run interrupted: the last attempt's lease ran out",
-        )
-    raise StoreCorrupt(
-        f"Redis answered outcome {outcome!r} to the claim script for {request.job!r}"
-    )
