@@ -18,6 +18,7 @@ from ._runs import RunRecord, RunStatus
 __all__ = [
     "INTERRUPTED_REASON",
     "OVERLAP_REASON",
+    "SWEEP_EVERY_DIVISOR",
     "SWEEP_EVERY_MAX",
     "claim_from_outcome",
     "decide_claim",
@@ -35,13 +36,16 @@ SWEEP_EVERY_MAX = 64
 """L11 in steady state: a store that counts a job's runs to find what may go (a walk of up to
 ``history_limit`` index entries) does so only on about one claim in `sweep_every`, at least once
 in this many, and then sweeps up to its batch (100 runs in the shipped stores)."""
+SWEEP_EVERY_DIVISOR = 16
+"""`sweep_every` is ``history_limit`` divided by this: the runs a full history holds beyond its
+limit, on average, are about a sixteenth of it."""
 
 
 def sweep_every(history_limit: int) -> int:
     """One claim in how many counts and sweeps: ``history_limit / 16``, from 1 to
     `SWEEP_EVERY_MAX`, so a job's history holds about that many runs beyond its limit while the
     count costs a claim a few microseconds on average."""
-    return max(1, min(SWEEP_EVERY_MAX, history_limit // 16))
+    return max(1, min(SWEEP_EVERY_MAX, history_limit // SWEEP_EVERY_DIVISOR))
 
 
 def sweeps_now(job: str, slot: int, history_limit: int) -> bool:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from anarchon._leases import SWEEP_EVERY_MAX
+from anarchon._leases import SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
 
 from ._names import Names
 
@@ -92,7 +92,7 @@ def sweeps_now(job: str, slot: str, history_limit: str) -> sql.SQL:
     the same claim always decides alike and jobs of one slot do not all sweep at once (the rate
     of `anarchon._leases.sweep_every`). Arguments are SQL expressions (trusted: the functions'
     own variables)."""
-    every = f"greatest(1, least({SWEEP_EVERY_MAX}, {history_limit} / 16))"
+    every = f"greatest(1, least({SWEEP_EVERY_MAX}, {history_limit} / {SWEEP_EVERY_DIVISOR}))"
     return sql.SQL(f"mod((hashtext({job}) # hashint8({slot})) & 2147483647, {every}) = 0")
 
 
