@@ -37,7 +37,7 @@ from psycopg import sql
 from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
 from anarchon._leases import keep_until
 
-from ._function import SWEEP_MAX_ROWS, answer, quoted_body, run_answer, sweeps_now
+from ._function import SWEEP_MAX_ROWS, answer, quoted_body, run_answer, sweep_job, sweeps_now
 from ._names import Names
 from ._rows import claim_from_answer
 
@@ -250,25 +250,7 @@ BEGIN
           AND NOT (o.status = 'running' AND coalesce(o.lease_until >= v_now, false))
           AND {sweeps_now}
     LOOP
-        SELECT count(*) INTO v_count FROM (
-            SELECT 1 FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_one
-            LIMIT p_history_limit + {sweep}) c;
-        v_excess := least(v_count - p_history_limit, {sweep});
-        CONTINUE WHEN v_excess <= 0;
-        v_last := NULL;
-        FOR v_oldest IN
-            SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-            WHERE x.prefix = p_prefix AND x.job = v_one ORDER BY x.slot LIMIT v_excess
-        LOOP
-            EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
-                v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
-            v_last := v_oldest.slot;
-        END LOOP;
-        IF v_last IS NOT NULL THEN
-            DELETE FROM {runs} x WHERE x.prefix = p_prefix AND x.job = v_one AND x.slot <= v_last;
-            UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-                WHERE j.prefix = p_prefix AND j.job = v_one;
-        END IF;
+{sweep_job}
     END LOOP;
     RETURN;
 END
@@ -289,7 +271,8 @@ _ANSWERS = {
 def create_many_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
     one is created first)."""
-    body = sql.SQL(_BODY).format(
+    sweep = sweep_job("p_prefix", "v_one", "p_history_limit", 8)
+    body = sql.SQL(_BODY.replace("{sweep_job}", sweep)).format(
         runs=names.runs,
         jobs=names.jobs,
         claim=names.claim,

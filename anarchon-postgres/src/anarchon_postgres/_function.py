@@ -52,6 +52,7 @@ __all__ = [
     "lock_timeout_setting",
     "quoted_body",
     "run_answer",
+    "sweep_job",
     "sweeps_now",
 ]
 
@@ -84,6 +85,40 @@ ARGUMENT_TYPES = "text"
 """The function's signature, for ``to_regprocedure``."""
 
 _TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+
+
+_SWEEP = """
+SELECT count(*) INTO v_count FROM (
+    SELECT 1 FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB LIMIT $LIMIT + {sweep}) c;
+v_excess := least(v_count - $LIMIT, {sweep});
+v_last := NULL;
+IF v_excess > 0 THEN
+    FOR v_oldest IN
+        SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
+        WHERE x.prefix = $PREFIX AND x.job = $JOB ORDER BY x.slot LIMIT v_excess
+    LOOP
+        EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
+            v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
+        v_last := v_oldest.slot;
+    END LOOP;
+    IF v_last IS NOT NULL THEN
+        DELETE FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB AND x.slot <= v_last;
+        UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
+            WHERE j.prefix = $PREFIX AND j.job = $JOB;
+    END IF;
+END IF;
+"""
+
+
+def sweep_job(prefix: str, job: str, history_limit: str, indent: int) -> str:
+    """PL/pgSQL of the L11 sweep of one job, for both claim functions' bodies (before they are
+    formatted: it holds their ``{runs}``, ``{jobs}`` and ``{sweep}``): count the job's runs up
+    to the limit plus `SWEEP_MAX_ROWS`, and delete the oldest beyond the limit while they are
+    past ``keep_until`` and hold no live lease, raising the job's floor. Uses the variables
+    v_now, v_count, v_excess, v_oldest and v_last; the arguments are SQL expressions."""
+    text = _SWEEP.replace("$PREFIX", prefix).replace("$JOB", job).replace("$LIMIT", history_limit)
+    pad = " " * indent
+    return "\n".join(pad + line if line else line for line in text.strip("\n").split("\n"))
 
 
 def sweeps_now(job: str, slot: str, history_limit: str) -> sql.SQL:
@@ -253,27 +288,7 @@ BEGIN
                         AND coalesce(v_first_lease_until >= v_now, false))
                AND {sweeps_now}
             THEN
-                SELECT count(*) INTO v_count FROM (
-                    SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                    LIMIT a[11]::integer + {sweep}) c;
-                v_excess := least(v_count - a[11]::integer, {sweep});
-                IF v_excess > 0 THEN
-                    FOR v_oldest IN
-                        SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-                        WHERE x.prefix = a[1] AND x.job = a[2] ORDER BY x.slot LIMIT v_excess
-                    LOOP
-                        EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
-                            v_oldest.status = 'running'
-                            AND coalesce(v_oldest.lease_until >= v_now, false)));
-                        v_last := v_oldest.slot;
-                    END LOOP;
-                    IF v_last IS NOT NULL THEN
-                        DELETE FROM {runs} x
-                            WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot <= v_last;
-                        UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-                            WHERE j.prefix = a[1] AND j.job = a[2];
-                    END IF;
-                END IF;
+{sweep_job}
             END IF;
             RETURN {answer_won};
         END IF;
@@ -349,7 +364,9 @@ def quoted_body(body: sql.Composable) -> sql.Composed:
 def create_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the claim, with every name quoted."""
     answers = {name: sql.SQL(expression) for name, expression in _ANSWERS.items()}
-    body = sql.SQL(_BODY).format(
+    body = sql.SQL(
+        _BODY.replace("{sweep_job}", sweep_job("a[1]", "a[2]", "a[11]::integer", 16))
+    ).format(
         runs=names.runs,
         jobs=names.jobs,
         sweep=sql.Literal(SWEEP_MAX_ROWS),
