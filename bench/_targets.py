@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from anarchon import ClaimRequest, ClaimStore, Outcome, Overlap, SupportsPrepare, create_store
+from anarchon import ClaimRequest, ClaimStore, Outcome, Overlap, create_store
+
+from ._proc import prepare_slot
 
 __all__ = ["ALL_BACKENDS", "Env", "Target", "make_targets"]
 
@@ -169,8 +171,7 @@ class Target(abc.ABC):
 
     async def ready(self, request: ClaimRequest) -> None:
         """What the scheduler does before a slot comes, untimed: `SupportsPrepare.prepare`."""
-        if isinstance(self.store, SupportsPrepare) and self.store.prepare_ahead_ms > 0:
-            await self.store.prepare([request.job], request.slot)
+        await prepare_slot(self.store, [request.job], request.slot)
 
     async def win(self, request: ClaimRequest) -> None:
         claim = await self.store.claim(request)
