@@ -161,10 +161,13 @@ class Link:
         log.debug("connected to RabbitMQ at %s", self.shown)
         return connection
 
-    async def _open_channel(self, connection: AbstractConnection) -> AbstractChannel:
+    async def _open_channel(
+        self, connection: AbstractConnection, *, confirms: bool = True
+    ) -> AbstractChannel:
+        """A confirm channel for claims, or (`confirms` false) a plain one for declarations."""
         try:
             return await asyncio.wait_for(
-                connection.channel(publisher_confirms=True, on_return_raises=True),
+                connection.channel(publisher_confirms=confirms, on_return_raises=confirms),
                 self._options.connect_timeout_ms / 1000,
             )
         except Exception as exc:
@@ -205,16 +208,7 @@ class Link:
         if channel is None or channel.is_closed or not self.connected:
             async with self._lock:
                 connection = await self._connected()
-            try:
-                channel = await asyncio.wait_for(
-                    connection.channel(publisher_confirms=False),
-                    self._options.connect_timeout_ms / 1000,
-                )
-            except Exception as exc:
-                if not broken(exc):
-                    raise
-                raise self.unavailable("cannot open a channel", exc) from None
-            self._declaring = channel
+            channel = self._declaring = await self._open_channel(connection, confirms=False)
         try:
             for queue in batch:
                 await channel.queue_declare(queue, durable=True, nowait=True, arguments=arguments)
