@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from anarchon import LeaseStore, MemoryStore, RunRecord
 from anarchon_postgres import PostgresStore, testing
@@ -146,3 +147,31 @@ async def pg_store(schema: str) -> AsyncIterator[PostgresStore]:
     await store.open()
     yield store
     await store.close()
+
+
+def admin(*statements: sql.Composable | str) -> None:
+    """Run `statements` as the test server's superuser (autocommit)."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def role(schema: str) -> Iterator[str]:
+    """A throwaway login role with no privileges beyond PUBLIC's (roles are cluster-wide: a
+    unique name), dropped after the test with everything granted to it and the `schema` (set up
+    first, so torn down after it)."""
+    name = "anarchon_role_" + uuid.uuid4().hex[:12]
+    admin(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    admin(
+        sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)),
+        sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)),
+        sql.SQL("DROP ROLE {}").format(sql.Identifier(name)),
+    )
+
+
+def as_role(role: str, schema: str) -> str:
+    """The test server's URL for `role` (trusted: no password), in `schema`."""
+    rest = POSTGRES_URL.split("://", 1)[1].split("@", 1)[-1]
+    return url_with(schema, f"postgresql://{role}@{rest}")

@@ -9,10 +9,6 @@ nothing.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -21,32 +17,7 @@ from anarchon import ClaimRequest, ConfigError, Outcome, RunStatus
 from anarchon_postgres import PostgresStore, _schema
 from anarchon_postgres._names import Names
 
-from .conftest import POSTGRES_URL, T0, ManualClock, url_with
-
-
-def admin(*statements: sql.Composable | str) -> None:
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def role(schema: str) -> Iterator[str]:
-    """A login role with no privileges beyond PUBLIC's; dropped after the test (after the
-    `schema` fixture is set up, so it is torn down before the schema is dropped)."""
-    name = "anarchon_noddl_" + uuid.uuid4().hex[:12]
-    admin(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    yield name
-    admin(
-        sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)),
-        sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)),
-        sql.SQL("DROP ROLE {}").format(sql.Identifier(name)),
-    )
-
-
-def as_role(role: str, schema: str) -> str:
-    rest = POSTGRES_URL.split("://", 1)[1].split("@", 1)[-1]
-    return url_with(schema, f"postgresql://{role}@{rest}")
+from .conftest import T0, ManualClock, admin, as_role, url_with
 
 
 async def create_as_owner(schema: str) -> None:

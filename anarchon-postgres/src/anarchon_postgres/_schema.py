@@ -1,17 +1,13 @@
 """The tables and the claim functions, created once under an advisory lock and checked on open.
 
-The usual open is one catalog read: every table there, with our columns, at our version, and both
-functions present with this release's signatures (``<table>_claim(text)`` and
-``<table>_claim_many(...)``, checked with ``to_regprocedure``). Otherwise one transaction takes
+The usual open is one catalog read of the tables and one of the functions: every table there,
+with our columns, at our version, and both functions present with this release's signatures and
+a body at least as new as this release's (see `_code`). Otherwise one transaction takes
 ``pg_advisory_xact_lock`` (concurrent ``CREATE TABLE IF NOT EXISTS`` can fail, and many instances
-start at once), looks again, and creates what is missing, or migrates an older version forward.
-The functions are code, not data: a missing one (dropped, or added by a newer release of
-anarchon-postgres, as ``_claim_many`` was, or given a new signature, as both were when they
-took packed texts) is created with ``CREATE OR REPLACE`` under the same lock, with no version
-change. A function of an older signature is left in place, for the instances of that release
-that still run during a rolling upgrade. Tables that exist but are not ours (a missing or unknown
-column, a newer version, some tables without the others) are never touched: opening raises
-`StoreCorrupt` naming the table.
+start at once), looks again, and creates what is missing, migrates an older version forward, or
+replaces function bodies older than this release's. Tables that exist but are not ours (a missing
+or unknown column, a newer version, some tables without the others) are never touched: opening
+raises `StoreCorrupt` naming the table.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ from psycopg import AsyncConnection, IsolationLevel, sql
 
 from anarchon import ConfigError, StoreCorrupt
 
-from ._batch import MANY_ARGUMENT_TYPES, create_many_function
-from ._function import ARGUMENT_TYPES, create_function
+from ._code import functions_found, install, signatures, warn_not_owned
 from ._names import Names
 
 __all__ = [
@@ -31,7 +26,6 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "check_access",
-    "create_functions",
     "ensure_schema",
     "grants",
     "table_privileges",
@@ -45,7 +39,7 @@ Statements = Callable[[Names], Sequence[sql.Composed]]
 MIGRATIONS: dict[int, Statements] = {}
 """Forward migrations: ``MIGRATIONS[n]`` takes the schema from version n to n + 1 (run in order,
 in the creating transaction, under the advisory lock; each release that changes the schema adds
-one and bumps `SCHEMA_VERSION`). The claim functions are always recreated after migrating."""
+one and bumps `SCHEMA_VERSION`). The claim functions are always replaced after migrating."""
 
 # table -> {column: type as format_type() shows it}, in order
 _RUNS = {
@@ -64,11 +58,6 @@ _RUNS = {
 }
 _JOBS = {"prefix": "text", "job": "text", "floor": "bigint"}
 _VERSION = {"component": "text", "version": "integer"}
-
-
-def create_functions(names: Names) -> list[sql.Composed]:
-    """Both functions, in the order they must be created (the batch calls the claim)."""
-    return [create_function(names), create_many_function(names)]
 
 
 def _columns(names: Names) -> dict[str, dict[str, str]]:
@@ -149,9 +138,11 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
     if len(found) == len(names.tables):
         _verify_tables(found, names)
         await check_access(conn, names)
-        version = await _version(conn, names)
-        if version == SCHEMA_VERSION and await _has_functions(conn, names):
-            return
+        if await _version(conn, names) == SCHEMA_VERSION:
+            functions = await functions_found(conn, names)
+            if all(f.current or (f.exists and not f.owned) for f in functions):
+                warn_not_owned(functions, names)
+                return
     await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)  # the catalog after the lock
     async with conn.transaction():
         await conn.execute(
@@ -174,14 +165,15 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
                 ),
                 (SCHEMA_VERSION, COMPONENT),
             )
-            for statement in create_functions(names):
-                await conn.execute(statement)
-        elif not await _has_functions(conn, names):
-            # Code, not data: recreating a dropped function (or creating one that a newer
-            # release added) overwrites nothing.
+            await install(conn, names, None)
+            return
+        # Code, not data: creating a dropped function (or one that a newer release added) and
+        # replacing an older body overwrite nothing.
+        functions = await functions_found(conn, names)
+        if not all(f.exists for f in functions):
             await _check_create(conn, names, what="create the missing claim function")
-            for statement in create_functions(names):
-                await conn.execute(statement)
+        await install(conn, names, functions)
+        warn_not_owned(functions, names)
 
 
 async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
@@ -190,8 +182,9 @@ async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -
     )
     if await exists.fetchone() is None:
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(names.schema)))
-    for statement in (*_create(names), *create_functions(names)):
+    for statement in _create(names):
         await conn.execute(statement)
+    await install(conn, names, None)
 
 
 def _verify_tables(found: dict[str, list[tuple[str, str]]], names: Names) -> None:
@@ -249,27 +242,6 @@ async def _version(conn: AsyncConnection[tuple[object, ...]], names: Names) -> i
     return version
 
 
-def _signatures(names: Names) -> list[tuple[str, sql.Identifier, str]]:
-    """(name, quoted name, argument types) of each claim function."""
-    return [
-        (names.function, names.claim, ARGUMENT_TYPES),
-        (names.batch_function, names.claim_many, MANY_ARGUMENT_TYPES),
-    ]
-
-
-async def _has_functions(conn: AsyncConnection[tuple[object, ...]], names: Names) -> bool:
-    signatures = [
-        sql.SQL("{}({})").format(quoted, sql.SQL(types)).as_string(conn)
-        for _, quoted, types in _signatures(names)
-    ]
-    cur = await conn.execute(
-        "SELECT bool_and(to_regprocedure(s) IS NOT NULL) FROM unnest(%s::text[]) AS s",
-        (signatures,),
-    )
-    row = await cur.fetchone()
-    return row is not None and bool(row[0])
-
-
 # -- privileges ------------------------------------------------------------------------------
 def table_privileges(names: Names) -> dict[str, tuple[str, ...]]:
     """What a user that runs the store needs on each table (the claim functions run with the
@@ -291,7 +263,7 @@ def grants(names: Names, role: str) -> list[str]:
         statements.append(
             f"GRANT {', '.join(privileges)} ON {schema}.{quote(table)} TO {quote(role)}"
         )
-    for function, _, types in _signatures(names):
+    for function, _, types in signatures(names):
         statements.append(
             f"GRANT EXECUTE ON FUNCTION {schema}.{quote(function)}({types}) TO {quote(role)}"
         )
@@ -325,13 +297,13 @@ async def check_access(conn: AsyncConnection[tuple[object, ...]], names: Names) 
     """`ConfigError` naming every privilege the current user lacks on existing tables and the
     claim functions, with the ``GRANT`` statements that fix it. Checked by OID, so a missing
     ``USAGE`` on the schema is reported, not raised by a name lookup."""
-    signatures = _signatures(names)
+    wanted = signatures(names)
     cur = await conn.execute(
         _ACCESS,
         (
             list(names.tables),
-            [name for name, _, _ in signatures],
-            [types for _, _, types in signatures],
+            [name for name, _, _ in wanted],
+            [types for _, _, types in wanted],
             names.schema,
         ),
     )
