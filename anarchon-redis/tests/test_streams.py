@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from anarchon import ConfigError, LeaseStore, Outcome, StoreCorrupt, SupportsClaimMany
+from anarchon import (
+    ConfigError,
+    LeaseStore,
+    Outcome,
+    Scheduler,
+    StoreCorrupt,
+    SupportsClaimMany,
+    SupportsJobSetup,
+)
 from anarchon_redis import IdmpStore, JobKeys, ScriptStore, StreamIdStore
 
 if TYPE_CHECKING:
@@ -104,6 +112,43 @@ async def test_idmp_sets_config_once_and_refuses_other_values(env_on: EnvFactory
         await different.claim(env.request("job", slot))
     info = await env.raw.xinfo_stream(JobKeys(env.prefix, "job").claims)
     assert info["idmp-duration"] == 2 and info["iids-tracked"] == 1, "never wiped"
+
+
+async def test_idmp_scheduler_with_other_settings_refuses_to_start(env_on: EnvFactory) -> None:
+    """Issue 5: the second instance refuses to start; the first's claims survive."""
+    env = await env_on("redis86")
+    first = await env.store("idmp", duration_sec=2, maxsize=50)
+    slot = await env.slot()
+    won = env.request("job", slot)
+    assert (await first.claim(won)).won
+    assert isinstance(first, SupportsJobSetup)
+    await first.setup_jobs(["job", "job"])  # set up already: nothing changes
+
+    def scheduler(duration_sec: int) -> Scheduler:
+        second = Scheduler(
+            f"{env.url}?strategy=idmp&duration_sec={duration_sec}&maxsize=50",
+            prefix=env.prefix,
+            instance="second:2:bbbb",
+        )
+        for name in ("job", "other"):  # max_late within what Redis remembers (T3)
+            second.add_job(lambda: None, "* * * * *", name=name, max_late="1s")
+        return second
+
+    with pytest.raises(ConfigError, match=r"IDMP-DURATION 2 s .* duration_sec=3"):
+        await scheduler(duration_sec=3).start()
+    keys = JobKeys(env.prefix, "job")
+    info = await env.raw.xinfo_stream(keys.claims)
+    assert (info["idmp-duration"], info["iids-tracked"]) == (2, 1), "never wiped"
+    assert (await first.claim(won)).won, "the first instance's claim is still known (C2)"
+
+    same = scheduler(duration_sec=2)
+    await same.start()  # the same settings: starts, and sets up the job it was first to see
+    try:
+        other = await env.raw.xinfo_stream(JobKeys(env.prefix, "other").claims)
+        assert (other["idmp-duration"], other["idmp-maxsize"]) == (2, 50)
+        assert other["length"] == 0, "setting a job up claims nothing"
+    finally:
+        await same.stop()
 
 
 async def test_idmp_existing_stream_without_ids_is_configured(env_on: EnvFactory) -> None:

@@ -29,7 +29,14 @@ from ._runs import RunRecord, RunStatus
 from ._schedule import Schedule
 from ._scheduler import Scheduler
 from ._urls import StoreURL, redact
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsJobList, SupportsPrepare
+from .abc import (
+    ClaimStore,
+    LeaseStore,
+    SupportsClaimMany,
+    SupportsJobList,
+    SupportsJobSetup,
+    SupportsPrepare,
+)
 from .plugins import hookimpl
 
 __version__ = "0.1.0"
@@ -64,6 +71,7 @@ __all__ = [
     "StoreUnavailable",
     "SupportsClaimMany",
     "SupportsJobList",
+    "SupportsJobSetup",
     "SupportsPrepare",
     "__version__",
     "check_name",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import attrs
@@ -11,10 +12,13 @@ import attrs
 from ._capabilities import Capabilities
 from ._claims import MAX_ATTEMPTS, Overlap
 from ._durations import DurationLike, to_ms
-from ._errors import ConfigError
+from ._errors import ConfigError, StoreUnavailable
 from ._names import check_name
 from ._run import Run
 from ._schedule import Schedule
+from .abc import ClaimStore, SupportsJobSetup
+
+log = logging.getLogger("anarchon.scheduler")
 
 __all__ = ["JobFunction", "JobSpec", "call_job", "fit_to_store", "make_job"]
 
@@ -145,3 +149,20 @@ def fit_to_store(
     if spec.overlap is None:
         return attrs.evolve(spec, overlap=Overlap.SKIP if caps.overlap else Overlap.ALLOW)
     return spec
+
+
+async def set_up_jobs(store: ClaimStore, jobs: Collection[str], *, store_name: str) -> None:
+    """At a scheduler's start, let a `SupportsJobSetup` store set the jobs up. A `ConfigError`
+    (this instance's options conflict with what the store holds) propagates: the scheduler
+    refuses to start. A store error is logged: each job's first claim sets it up instead."""
+    if not isinstance(store, SupportsJobSetup) or not jobs:
+        return
+    try:
+        await store.setup_jobs(sorted(jobs))
+    except StoreUnavailable as exc:
+        log.warning(
+            "store %s could not set up the jobs at start (%s); their first claims will",
+            store_name,
+            exc,
+            extra={"store": store_name},
+        )

@@ -24,7 +24,7 @@ from ._dispatcher import Dispatcher
 from ._durations import DurationLike
 from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
-from ._jobs import JobSpec, fit_to_store, make_job
+from ._jobs import JobSpec, fit_to_store, make_job, set_up_jobs
 from ._runner import Execution
 from .abc import ClaimStore
 from .plugins import PluginManager, plugin_manager
@@ -207,11 +207,18 @@ class Scheduler:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store (retrying up to `start_timeout`), check every job, begin dispatching."""
+        """Open the store (retrying up to `start_timeout`), check every job against it (T3, and
+        `SupportsJobSetup`: a conflict refuses the start with `ConfigError`), begin dispatching."""
         if self._started:
             return
         self.jobs = {name: self._check_job(spec) for name, spec in self.jobs.items()}
         await self._open_store()
+        try:
+            await set_up_jobs(self.store, self.jobs, store_name=self.store_name)
+        except ConfigError:
+            if self._owns_store:
+                await self.store.close()
+            raise
         await self.store_clock.measure()
         self._started = True
         # Events are made for the running loop; a stop asked for while the store was opening

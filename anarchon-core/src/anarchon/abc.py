@@ -26,6 +26,7 @@ __all__ = [
     "LeaseStore",
     "SupportsClaimMany",
     "SupportsJobList",
+    "SupportsJobSetup",
     "SupportsPrepare",
 ]
 
@@ -153,6 +154,24 @@ class SupportsJobList(Protocol):
 
     async def jobs(self) -> list[str]:
         """The names of the jobs with at least one remembered run (or a floor, L11), sorted."""
+        ...
+
+
+@runtime_checkable
+class SupportsJobSetup(Protocol):
+    """Optional: set up what the store keeps per job before the first claim, and refuse settings
+    that would break the rules (Redis idmp gives each job's stream its idempotency settings once,
+    and refuses to change settings another instance chose, which would make Redis forget claims).
+
+    The scheduler calls `setup_jobs` once, when it starts, with all its jobs. Setting up decides
+    nothing: it writes no run, claims answer exactly as they would without it (a store must still
+    set a job up at its first claim, for callers without a scheduler), and setting up twice, or
+    after claims, changes no outcome."""
+
+    async def setup_jobs(self, jobs: Sequence[str]) -> None:
+        """Set up `jobs`; `ConfigError` when this instance's options conflict with what the store
+        holds (the scheduler then refuses to start), `StoreUnavailable` on store errors (the
+        scheduler logs it and starts: the claims set the jobs up)."""
         ...
 
 

@@ -8,9 +8,10 @@ or another token's (`lost`); a trimmed one is `lost`. `claim_many` runs the same
 to `BATCH` jobs per call.
 
 The XADD never creates the stream (``NOMKSTREAM``): a stream that vanished is configured again
-first. Each job's stream gets ``IDMP-DURATION``/``IDMP-MAXSIZE`` once (``_scripts/idmp_config.lua``): a
-stream set to other values by another instance is a `ConfigError`, since changing them would
-wipe the remembered claims.
+first. Each job's stream gets ``IDMP-DURATION``/``IDMP-MAXSIZE`` once (``_scripts/idmp_config.lua``),
+when a scheduler starts (`setup_jobs`) or at the job's first claim: a stream set to other values
+by another instance is a `ConfigError` (the scheduler refuses to start), since changing them
+would wipe the remembered claims.
 """
 
 from __future__ import annotations
@@ -89,7 +90,19 @@ class IdmpStore(StreamStore):
 
     async def _configure_many(self, jobs: Sequence[str]) -> None:
         """Give the streams of `jobs` their IDMP settings once (``idmp_config.lua``, one call per
-        job, all sent on one connection), or refuse settings another instance chose."""
+        job, all sent on one connection), or refuse settings another instance chose. The
+        settings already chosen are read first (one pipelined round trip), so that an instance
+        whose options conflict for one job refuses before it gives its own to the others."""
+        pipe = self.client.pipeline(transaction=False)
+        for job in jobs:
+            pipe.get(self.keys(job).idmp_config)
+        try:
+            chosen = await pipe.execute()
+        except (rex.RedisError, OSError) as exc:
+            await self._refuse(jobs[0], exc)
+        for job, current in zip(jobs, chosen, strict=True):
+            if current is not None:
+                self._check_settings(self.keys(job), current)
         args = bulk(str(self.options.idmp_duration_sec)) + bulk(str(self.options.idmp_maxsize))
         calls = []
         for job in jobs:
@@ -105,6 +118,15 @@ class IdmpStore(StreamStore):
             if isinstance(replies[i], Exception):
                 await self._refuse(job, replies[i])
             self._check_settings(self.keys(job), replies[i])
+
+    async def setup_jobs(self, jobs: Sequence[str]) -> None:
+        """`anarchon.abc.SupportsJobSetup`: give the streams of `jobs` their IDMP settings when a
+        scheduler starts, so that settings another instance chose refuse the start
+        (`ConfigError`) instead of failing each claim of the job. Claims configure a job the
+        store has not set up themselves (for callers without a scheduler)."""
+        new = [*dict.fromkeys(job for job in jobs if job not in self._configured)]
+        if new:
+            await self._configure_many(new)
 
     async def claim(self, request: ClaimRequest) -> Claim:
         if request.job not in self._configured:
