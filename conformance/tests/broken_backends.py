@@ -80,6 +80,17 @@ class PreparesByClaiming(MemoryStore):
             )
 
 
+class SetsUpByClaiming(MemoryStore):
+    """Breaks SETUP: setting a job up claims its current slot for the setting instance."""
+
+    async def setup_jobs(self, jobs: Sequence[str]) -> None:
+        now = await self.now_ms()
+        for job in jobs:
+            await super().claim(
+                ClaimRequest(job=job, slot=now - now % 1000, instance="setter:1:0000")
+            )
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -149,3 +160,7 @@ class IgnoresMaxLateHarness(BrokenHarness):
 
 class PreparesByClaimingHarness(BrokenHarness):
     store_class = PreparesByClaiming
+
+
+class SetsUpByClaimingHarness(BrokenHarness):
+    store_class = SetsUpByClaiming

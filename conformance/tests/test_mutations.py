@@ -25,6 +25,7 @@ BROKEN = {
     "ForgetsEarlyHarness": "T3",
     "IgnoresMaxLateHarness": "L1",
     "PreparesByClaimingHarness": "PREP",
+    "SetsUpByClaimingHarness": "SETUP",
 }
 
 

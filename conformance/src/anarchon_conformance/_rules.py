@@ -46,6 +46,7 @@ RULES: tuple[Rule, ...] = (
     Rule(id="REC", description="reconnect after the server drops every connection; outages"),
     Rule(id="MODEL", description="stateful agreement with the memory:// reference model"),
     Rule(id="PREP", description="preparing a slot ahead decides nothing (SupportsPrepare)"),
+    Rule(id="SETUP", description="setting jobs up at start decides nothing (SupportsJobSetup)"),
 )
 
 RULE_IDS = frozenset(r.id for r in RULES)

@@ -13,6 +13,7 @@ from .leases import LeaseTests
 from .memory_rule import MemoryRuleTests
 from .prepare import PrepareTests
 from .reconnect import ReconnectTests
+from .setup import SetupTests
 from .single_winner import SingleWinnerTests
 from .stateful import StatefulTests
 
@@ -25,6 +26,7 @@ __all__ = [
     "MemoryRuleTests",
     "PrepareTests",
     "ReconnectTests",
+    "SetupTests",
     "SingleWinnerTests",
     "StatefulTests",
 ]
@@ -40,5 +42,6 @@ class ConformanceSuite(
     ReconnectTests,
     StatefulTests,
     PrepareTests,
+    SetupTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""
