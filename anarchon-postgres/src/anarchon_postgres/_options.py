@@ -16,7 +16,7 @@ import attrs
 from cattrs.gen import make_dict_structure_fn
 from psycopg import pq
 
-from anarchon import ConfigError, DurationMs, StoreOptions
+from anarchon import ConfigError, DurationMsOrZero, StoreOptions
 from anarchon._options import converter
 
 __all__ = ["IDENTIFIER_RULE", "MAX_POOL_SIZE", "PostgresOptions", "check_identifier"]
@@ -61,7 +61,7 @@ def _check_pool(_: object, attribute: attrs.Attribute[int], value: object) -> No
         )
 
 
-def _check_timeout(_: object, attribute: attrs.Attribute[DurationMs], value: object) -> None:
+def _check_timeout(_: object, attribute: attrs.Attribute[DurationMsOrZero], value: object) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
@@ -90,8 +90,8 @@ class PostgresOptions(StoreOptions):
     """Connections the pool keeps open."""
     pool_max_size: int = attrs.field(default=5, validator=_check_pool)
     """Most connections the pool opens at once."""
-    statement_timeout_ms: DurationMs = attrs.field(
-        default=DurationMs(30_000), validator=_check_timeout
+    statement_timeout_ms: DurationMsOrZero = attrs.field(
+        default=DurationMsOrZero(30_000), validator=_check_timeout
     )
     """Longest a statement may run, and a claim may wait for its job's row lock; 0: no limit."""
     libpq: tuple[tuple[str, str], ...] = ()
