@@ -19,6 +19,9 @@ from psycopg import sql
 from anarchon import LeaseStore, MemoryStore, RunRecord
 from anarchon_postgres import PostgresStore, testing
 
+from .pgbouncer import PgBouncer, missing_reason
+from .pgbouncer import binary as pgbouncer_binary
+
 T0 = 1_800_000_000_000
 """The manual clock's start, epoch ms."""
 
@@ -175,3 +178,18 @@ def as_role(role: str, schema: str) -> str:
     """The test server's URL for `role` (trusted: no password), in `schema`."""
     rest = POSTGRES_URL.split("://", 1)[1].split("@", 1)[-1]
     return url_with(schema, f"postgresql://{role}@{rest}")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A private PgBouncer in transaction mode in front of the test server, for the session."""
+    require_server()
+    executable = pgbouncer_binary()
+    if executable is None:
+        pytest.skip(f"no PgBouncer: {missing_reason()}")
+    bouncer = PgBouncer(POSTGRES_URL)
+    try:
+        bouncer.start(executable)  # installed but not starting is an error, not a skip
+        yield bouncer
+    finally:
+        bouncer.stop()
