@@ -5,12 +5,14 @@ and the scheduler prepares every slot before it comes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
 import aiormq
 import pytest
 from core_helpers import eventually
+from pamqp import commands as spec
 
 from anarchon import (
     ClaimRequest,
@@ -23,9 +25,9 @@ from anarchon import (
     SupportsPrepare,
     connect,
 )
-from anarchon_rabbitmq import RabbitMQStore, queue_name
+from anarchon_rabbitmq import RabbitMQStore, _link, queue_name
 
-from .conftest import AMQP_URL, message_count
+from .conftest import AMQP_URL, delete_queues, message_count, stored_token
 
 
 def now_ms() -> int:
@@ -52,6 +54,84 @@ async def test_prepare_declares_empty_queues_that_the_claims_fill(
         assert (await store.claim(request("a", slot))).outcome is Outcome.LOST
         assert (await store.claim(request("b", slot))).won
         assert [await message_count(n) for n in names] == [1, 1, 0]
+
+
+async def test_prepared_queues_are_warmed_up_and_never_seen_holding_it(
+    prefix: str, cleanup: set[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up (persistent, expiration 0) is stored and dropped in one step of the queue:
+    a prepared queue is empty right after; into a claimed queue it is refused like any second
+    message. The broker was probed first, on a queue of the store's own, deleted after."""
+    probe = f"{prefix}.warm-up-probe.fixed"
+    cleanup.add(probe)
+    monkeypatch.setattr(_link, "probe_name", lambda prefix, nonce: probe)
+    slot = now_ms() // 1000 * 1000 + 5000
+    name = queue_name(prefix, "a", slot)
+    cleanup.add(name)
+    async with connect(AMQP_URL, prefix=prefix) as store:
+        assert isinstance(store, RabbitMQStore)
+        await store.prepare(["a"], slot)
+        assert store._link._warm_up is True, "this broker drops a message that expires on arrival"
+        assert await message_count(probe) is None, "the probe queue is deleted"
+        assert await message_count(name) == 0
+        claim = await store.claim(request("a", slot))
+        assert claim.won
+        await store.prepare(["a"], slot)  # warming a claimed queue up: refused
+        assert await message_count(name) == 1
+        assert await stored_token(name) == claim.token
+
+
+async def test_a_broker_that_keeps_the_warm_up_gets_none(
+    prefix: str,
+    cleanup: set[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As if the broker kept a message that expires on arrival: the warm-up is made one that never
+    expires. The probe finds it kept, and no prepared queue gets one (it would fill the queue
+    and make every claim of the run lose)."""
+    monkeypatch.setattr(_link, "WARM_UP", spec.Basic.Properties(delivery_mode=2))
+    slot = now_ms() // 1000 * 1000 + 5000
+    name = queue_name(prefix, "a", slot)
+    cleanup.add(name)
+    async with connect(AMQP_URL, prefix=prefix) as store:
+        assert isinstance(store, RabbitMQStore)
+        with caplog.at_level(logging.WARNING, logger="anarchon.rabbitmq"):
+            await store.prepare(["a"], slot)
+        assert store._link._warm_up is False
+        assert any("prepared without warming them up" in r.getMessage() for r in caplog.records)
+        assert await message_count(name) == 0
+        assert (await store.claim(request("a", slot))).won
+
+
+async def test_the_claim_of_a_prepared_queue_is_the_publish_alone(
+    prefix: str, cleanup: set[str]
+) -> None:
+    """A queue this store prepared is not declared again by its claim. If it is gone after all
+    (deleted by hand here), the publish comes back unrouted, nothing is stored, and the resend
+    declares it."""
+    slot = now_ms() // 1000 * 1000 + 5000
+    names = {job: queue_name(prefix, job, slot) for job in ("a", "b")}
+    cleanup.update(names.values())
+    async with connect(AMQP_URL, prefix=prefix) as store:
+        assert isinstance(store, RabbitMQStore)
+        await store.prepare(["a", "b"], slot)
+        assert set(store._prepared) == set(names.values())
+        await delete_queues([names["a"]])
+        with pytest.raises(StoreUnavailable, match="returned unrouted"):
+            await store.claim(request("a", slot))
+        assert (await store.claim(request("a", slot))).won, "the resend declares the queue"
+        assert (await store.claim(request("b", slot))).won
+        assert [await message_count(n) for n in names.values()] == [1, 1]
+        assert store._prepared == {}, "each claim took its queue's entry"
+
+
+def test_prepared_queues_of_slots_long_past_are_forgotten() -> None:
+    store = RabbitMQStore.create(AMQP_URL, slot_ttl_ms="10s")
+    now = now_ms()
+    store._prepared = {"old": now - 11_000, "recent": now - 9_000, "ahead": now + 5_000}
+    store._forget_prepared()
+    assert set(store._prepared) == {"recent", "ahead"}
 
 
 async def test_T3_a_prepared_run_is_remembered_slot_ttl_minus_the_lead(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -14,8 +15,10 @@ import aiormq
 from aiormq.abc import AbstractChannel, AbstractConnection
 
 from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, redact
+from anarchon._errors import tls_error
 
 from ._options import RabbitMQOptions
+from ._queues import WARM_UP, probe_name
 
 __all__ = ["DECLARE_BATCH", "DECLARE_TRIES", "Link", "broken", "driver_url"]
 
@@ -79,6 +82,8 @@ class Link:
         self._declaring: AbstractChannel | None = None
         self._declare_lock = asyncio.Lock()
         self._pending: set[asyncio.Future[None]] = set()
+        self._warm_up: bool | None = None
+        """Prepared queues get a `WARM_UP` message (None: not probed yet, see `_warms_up`)."""
 
     # -- errors ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -92,8 +97,9 @@ class Link:
         return StoreUnavailable(f"RabbitMQ at {self.shown}: {what}{detail}")
 
     def translate(self, exc: BaseException) -> AnarchonError:
-        """A connection failure as `ConfigError` (login or virtual host refused: retrying will not
-        help) or `StoreUnavailable` (the broker is down or unreachable: retry)."""
+        """A connection failure as `ConfigError` (login, virtual host or the broker's TLS
+        certificate refused: retrying will not help) or `StoreUnavailable` (the broker is down or
+        unreachable: retry)."""
         if isinstance(exc, (aiormq.exceptions.ProbableAuthenticationError,)):
             return ConfigError(
                 f"RabbitMQ at {self.shown} refused the login: {self.scrub(str(exc))}. Check the "
@@ -108,7 +114,13 @@ class Link:
             return ConfigError(
                 f"RabbitMQ at {self.shown} refused the virtual host: {self.scrub(str(exc))}"
             )
-        return self.unavailable("cannot connect", exc)
+        tls = tls_error(
+            exc,
+            f"RabbitMQ at {self.shown}",
+            ca_option="cafile",
+            cert_options="certfile and keyfile",
+        )
+        return tls or self.unavailable("cannot connect", exc)
 
     # -- connection -----------------------------------------------------------------------------
     @property
@@ -181,15 +193,21 @@ class Link:
             await self._connected()
 
     async def declare(
-        self, queues: Sequence[str], arguments: dict[str, Any], until: Callable[[], bool]
+        self,
+        queues: Sequence[str],
+        arguments: dict[str, Any],
+        until: Callable[[], bool],
+        declared: Callable[[Sequence[str]], None],
     ) -> None:
         """Declare durable `queues` with `arguments` on a channel of their own (not a claim's:
         a claim queued behind thousands of declarations would wait for them), `DECLARE_BATCH`
-        at a time, stopping early once `until()` is true. A batch the broker answers with
-        NOT_FOUND (RabbitMQ 3.10 says "home node ... is down" to a declaration that races
-        another's creation of the same queue) is sent again on a new channel, up to
-        `DECLARE_TRIES` times. Raises `StoreUnavailable` if the link breaks, and the driver's
-        channel error if the broker refuses a declaration (which closes that channel)."""
+        at a time, each warmed up (`WARM_UP`) where the broker allows it, stopping early once
+        `until()` is true; `declared(batch)` gets each batch the broker has answered, whose
+        queues all exist as declared. A batch the broker answers with NOT_FOUND (RabbitMQ 3.10
+        says "home node ... is down" to a declaration that races another's creation of the same
+        queue) is sent again on a new channel, up to `DECLARE_TRIES` times. Raises
+        `StoreUnavailable` if the link breaks, and the driver's channel error if the broker
+        refuses a declaration (which closes that channel)."""
         async with self._declare_lock:
             for start in range(0, len(queues), DECLARE_BATCH):
                 if until():
@@ -198,6 +216,7 @@ class Link:
                 for attempt in range(1, DECLARE_TRIES + 1):
                     try:
                         await self._declare_batch(batch, arguments)
+                        declared(batch)
                         break
                     except aiormq.exceptions.ChannelNotFoundEntity:
                         if attempt == DECLARE_TRIES:
@@ -210,8 +229,12 @@ class Link:
                 connection = await self._connected()
             channel = self._declaring = await self._open_channel(connection, confirms=False)
         try:
+            if self._warm_up is None:
+                self._warm_up = await self._warms_up(channel, arguments)
             for queue in batch:
                 await channel.queue_declare(queue, durable=True, nowait=True, arguments=arguments)
+                if self._warm_up:
+                    await channel.basic_publish(b"", routing_key=queue, properties=WARM_UP)
             # A round trip behind them: the broker has handled every declaration sent.
             await channel.basic_qos(prefetch_count=0)
         except asyncio.CancelledError:
@@ -225,6 +248,30 @@ class Link:
             if not broken(exc):
                 raise
             raise self.unavailable(f"declaring {len(batch)} queue(s) failed", exc) from None
+
+    async def _warms_up(self, channel: AbstractChannel, arguments: dict[str, Any]) -> bool:
+        """Whether this broker drops a `WARM_UP` message in the step that stores it, checked
+        once on a queue of the store's own made like a run's: it must be empty right after the
+        warm-up (a passive declaration on the same channel reaches the queue after the publish).
+        A broker that kept it would refuse every claim of a warmed queue, so then queues are
+        prepared without one, and a warning says so."""
+        probe = probe_name(self._options.prefix, secrets.token_hex(8))
+        await channel.queue_declare(
+            probe, durable=True, arguments={**arguments, "x-expires": 60_000}
+        )
+        try:
+            await channel.basic_publish(b"", routing_key=probe, properties=WARM_UP)
+            kept = (await channel.queue_declare(probe, passive=True)).message_count or 0
+        finally:
+            await channel.queue_delete(probe, nowait=True)
+        if kept:
+            log.warning(
+                "RabbitMQ at %s kept a message that expires on arrival (expiration 0) in a "
+                "queue without consumers; queues are prepared without warming them up, so a "
+                "winning claim costs the broker's first-message setup",
+                self.shown,
+            )
+        return not kept
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)

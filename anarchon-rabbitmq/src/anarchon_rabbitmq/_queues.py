@@ -9,7 +9,15 @@ from pamqp import commands as spec
 
 from anarchon import ClaimRequest, StoreCorrupt
 
-__all__ = ["claim_body", "claim_properties", "explain_refusal", "queue_arguments", "queue_name"]
+__all__ = [
+    "WARM_UP",
+    "claim_body",
+    "claim_properties",
+    "explain_refusal",
+    "probe_name",
+    "queue_arguments",
+    "queue_name",
+]
 
 QUEUE_TYPE = "classic"
 """Quorum queues accept a second message at ``x-max-length: 1`` (seen on 3.10): never them."""
@@ -19,6 +27,24 @@ def queue_name(prefix: str, job: str, slot: int) -> str:
     """``<prefix>.<job>.slot.<slot>``: at most 227 bytes, within RabbitMQ's 255 (names are
     checked by `check_name`: letters, digits, ``_`` and ``-`` only)."""
     return f"{prefix}.{job}.slot.{slot}"
+
+
+def probe_name(prefix: str, nonce: str) -> str:
+    """``<prefix>.warm-up-probe.<nonce>``: a queue of the store's own, never a run's (a run's name
+    has four dot-separated parts, the probe's three)."""
+    return f"{prefix}.warm-up-probe.{nonce}"
+
+
+WARM_UP = spec.Basic.Properties(
+    delivery_mode=2, expiration="0", app_id="anarchon", message_type="warm-up"
+)
+"""A message that only warms a prepared queue up. The first persistent message of a new durable
+queue costs the broker about twice a later one (it sets up the queue's files on disk), and the
+winning claim is that first message unless something came before it. This one comes before it:
+persistent, so the broker does that setup, and with a time to live of 0, so the queue drops it in
+the same step that stores it (a message that expires on arrival unless a consumer takes it, and
+no consumer ever does). The queue is never seen holding it, so it decides nothing: into an empty
+queue it leaves the queue empty; into a claimed one it is refused, like any second message."""
 
 
 def queue_arguments(slot_ttl_ms: int) -> dict[str, Any]:

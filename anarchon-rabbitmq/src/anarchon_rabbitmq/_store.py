@@ -1,8 +1,9 @@
 """`amqp://` and `amqps://`: each run is a durable classic queue that holds at most one message;
 the claim that fills it wins. One round trip per claim: the queue's declaration (no-wait) and the
 claim's publish leave together, and the publisher confirm answers both. The scheduler has the
-queues declared ahead of their slot (`prepare`), so that the winning claim does not wait for the
-broker to create one."""
+queues declared (and warmed up, see `_queues.WARM_UP`) ahead of their slot (`prepare`), so that
+the winning claim does not wait for the broker to create one; the claim of a queue this store
+prepared is the publish alone."""
 
 from __future__ import annotations
 
@@ -76,7 +77,9 @@ class RabbitMQStore(ClaimStore):
 
     `prepare` (`anarchon.abc.SupportsPrepare`) declares the queues of a coming slot ahead of it:
     creating a durable queue costs the broker several times a publish, and ahead of the slot it
-    costs no claim anything. It decides nothing (an empty queue is no claim). A queue expires
+    costs no claim anything. It also warms each queue up with a message that expires on arrival
+    (`_queues.WARM_UP`), so that the winning claim is not the queue's first persistent message.
+    It decides nothing (an empty queue is no claim). A queue expires
     ``slot_ttl_ms`` after it was created: the claims declare it no-wait, and RabbitMQ restarts
     the expiry only for a declaration it answers. So a prepared run is remembered
     ``slot_ttl_ms - prepare_ahead_ms`` after its slot (`Capabilities.remembers_ms`, T3), and
@@ -99,6 +102,8 @@ class RabbitMQStore(ClaimStore):
         self._unsettled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._closed = False
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._prepared: dict[str, int] = {}
+        """Queues this store prepared (name -> slot), whose claim need not declare them again."""
 
     @classmethod
     def create(cls, url: str, **options: object) -> RabbitMQStore:
@@ -166,9 +171,15 @@ class RabbitMQStore(ClaimStore):
         if not jobs or slot - _wall_ms() > self.prepare_ahead_ms:
             return
         queues = [queue_name(self.options.prefix, job, slot) for job in jobs]
+        self._forget_prepared()
         try:
             # Once the slot has come, its claims declare the rest of the queues themselves.
-            await self._link.declare(queues, self._arguments, until=lambda: _wall_ms() >= slot)
+            await self._link.declare(
+                queues,
+                self._arguments,
+                until=lambda: _wall_ms() >= slot,
+                declared=lambda batch: self._prepared.update(dict.fromkeys(batch, slot)),
+            )
         except aiormq.exceptions.ChannelClosed as exc:
             refused = next((q for q in queues if f"'{q}'" in str(exc)), None)
             if refused is None:
@@ -176,6 +187,13 @@ class RabbitMQStore(ClaimStore):
                     f"preparing {len(queues)} queue(s) failed", exc
                 ) from None
             raise self._refusal(exc, refused) from None
+
+    def _forget_prepared(self) -> None:
+        """Drop the prepared queues whose slot is so old that no claim will come (the claim of
+        a prepared queue takes its entry): the memory stays bounded by what is still ahead."""
+        horizon = _wall_ms() - self.options.slot_ttl_ms
+        for name in [name for name, slot in self._prepared.items() if slot < horizon]:
+            del self._prepared[name]
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         """Always empty: a claim queue is never read (reading would consume the claim), so
@@ -209,8 +227,15 @@ class RabbitMQStore(ClaimStore):
     async def _claim(self, request: ClaimRequest, now: int) -> Claim:
         queue = queue_name(self.options.prefix, request.job, request.slot)
         channel = await self._link.channel()
+        # A queue this store prepared exists as declared (and lives slot_ttl_ms from then, T3):
+        # its claim is the publish alone. Should it be gone after all, the publish comes back
+        # unrouted (mandatory), nothing is stored, and the resend declares it.
+        prepared = self._prepared.pop(queue, None) is not None
         try:
-            await channel.queue_declare(queue, durable=True, nowait=True, arguments=self._arguments)
+            if not prepared:
+                await channel.queue_declare(
+                    queue, durable=True, nowait=True, arguments=self._arguments
+                )
         except Exception as exc:
             if not broken(exc):
                 raise
