@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ssl
+
 __all__ = [
     "AnarchonError",
     "ConfigError",
     "Fenced",
     "StoreCorrupt",
     "StoreUnavailable",
+    "tls_error",
 ]
 
 
@@ -41,3 +44,38 @@ class Fenced(AnarchonError):
 
     Raised by `Run.ensure_held()` once the runner fenced itself or the store refused a renew.
     """
+
+
+_CHAIN_LIMIT = 16
+"""Exceptions of a chain `tls_error` looks at (a chain may loop)."""
+
+
+def tls_error(
+    exc: BaseException, where: str, *, ca_option: str, cert_options: str
+) -> ConfigError | StoreUnavailable | None:
+    """For backends whose driver does TLS in Python: the error for a failed TLS handshake found
+    anywhere in `exc`'s chain (drivers wrap it in their own errors), or None if there is none.
+
+    A refused server certificate (unknown CA, a host name it does not name) is a `ConfigError`:
+    trying again will not help. Any other TLS failure (a plain port, a server that wants a client
+    certificate) is `StoreUnavailable`. `where` names the server without its password (``Redis at
+    rediss://app:***@host:6380/0``); `ca_option` and `cert_options` are the store's options that
+    fix it (``tls_ca_file``; ``tls_cert_file and tls_key_file``).
+    """
+    seen: BaseException | None = exc
+    for _ in range(_CHAIN_LIMIT):
+        if seen is None or isinstance(seen, ssl.SSLError):
+            break
+        seen = seen.__cause__ or seen.__context__
+    if not isinstance(seen, ssl.SSLError):
+        return None
+    if isinstance(seen, ssl.SSLCertVerificationError):
+        return ConfigError(
+            f"{where}: the server's TLS certificate was refused ({seen.verify_message}): set "
+            f"{ca_option} to the CA that signed it (default: the system's CAs), and connect by a "
+            "host name or address the certificate names"
+        )
+    return StoreUnavailable(
+        f"{where}: TLS failed ({seen.reason or seen}): does the server use TLS on this port, "
+        f"and if it verifies client certificates, are {cert_options} given?"
+    )
