@@ -75,7 +75,8 @@ def tls_error(
             f"{ca_option} to the CA that signed it (default: the system's CAs), and connect by a "
             "host name or address the certificate names"
         )
+    reason = getattr(seen, "reason", None) or seen  # set by OpenSSL's errors only
     return StoreUnavailable(
-        f"{where}: TLS failed ({seen.reason or seen}): does the server use TLS on this port, "
-        f"and if it verifies client certificates, are {cert_options} given?"
+        f"{where}: TLS failed ({reason}): does the server use TLS on this port, and if it "
+        f"verifies client certificates, are {cert_options} given?"
     )
