@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         SingleWinnerTests,
         StatefulTests,
     )
+    from .tls import CertBundle, PostgresTLSFront, TLSFront
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "RULES",
     "BackendHarness",
+    "CertBundle",
     "Certificate",
     "ConformanceSuite",
     "FaultProxy",
@@ -46,12 +48,14 @@ __all__ = [
     "IsolationTests",
     "LeaseTests",
     "MemoryRuleTests",
+    "PostgresTLSFront",
     "PrepareTests",
     "ReconnectTests",
     "Rule",
     "RuleStatus",
     "SingleWinnerTests",
     "StatefulTests",
+    "TLSFront",
     "__version__",
     "rule",
 ]
@@ -65,6 +69,9 @@ _LAZY = {
     "Certificate": ".certificate",
     "RuleStatus": ".certificate",
     "FaultProxy": ".proxy",
+    "CertBundle": ".tls",
+    "PostgresTLSFront": ".tls",
+    "TLSFront": ".tls",
     **dict.fromkeys(
         [
             "ConformanceSuite",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from types import TracebackType
 
 import attrs
@@ -93,7 +94,9 @@ class FaultProxy:
 
     # -- running --------------------------------------------------------------------------------
     async def start(self) -> Self:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, ssl=self._listener_tls()
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -124,6 +127,11 @@ class FaultProxy:
         if self._refusing:
             writer.close()
             return
+        opened = await self._opened(reader, writer)
+        if opened is None:
+            writer.close()
+            return
+        reader, writer = opened
         try:
             s_reader, s_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -140,6 +148,18 @@ class FaultProxy:
         finally:
             link.close()
             self._links.discard(link)
+
+    # -- what a subclass changes (`anarchon_conformance.tls`) ------------------------------------
+    def _listener_tls(self) -> ssl.SSLContext | None:
+        """TLS that the listener itself terminates before `_accept`; none here."""
+        return None
+
+    async def _opened(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The client's streams once its bytes may be forwarded (here at once), or None to
+        close the connection."""
+        return reader, writer
 
     async def _upstream(self, link: _Link, reader: asyncio.StreamReader) -> None:
         try:

@@ -17,8 +17,9 @@ from ._rules import MARKER
 
 if TYPE_CHECKING:
     from .certificate import Certificate, TestRecord
+    from .tls import CertBundle
 
-__all__ = ["Collector", "collector"]
+__all__ = ["Collector", "anarchon_tls_certs", "collector"]
 
 _KEY = pytest.StashKey["Collector"]()
 
@@ -86,6 +87,15 @@ class Collector:
 def collector(config: pytest.Config) -> Collector | None:
     """The session's collector, or None when the plugin is not active."""
     return config.stash.get(_KEY, None)
+
+
+@pytest.fixture(scope="session")
+def anarchon_tls_certs(tmp_path_factory: pytest.TempPathFactory) -> CertBundle:
+    """A private CA with a server certificate for 127.0.0.1 and localhost and a client
+    certificate, made once per test session (`anarchon_conformance.tls`; needs trustme)."""
+    from .tls import CertBundle
+
+    return CertBundle.create(tmp_path_factory.mktemp("anarchon-tls"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
