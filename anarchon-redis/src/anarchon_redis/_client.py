@@ -15,10 +15,12 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from anarchon import AnarchonError, StoreCorrupt, StoreUnavailable, StoreURL
+from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
+from anarchon._errors import tls_error
 
 from . import _wire as wire
 from ._keys import JobKeys
+from ._options import RedisOptions
 
 __all__ = ["Script", "check_types", "make_client", "reraising", "server_now_ms", "translated"]
 
@@ -31,11 +33,24 @@ OPEN_TRIES = 3
 """`open` tries to reach the server this often (0.2 s apart) before it gives up."""
 
 
-def make_client(url: StoreURL, timeout_ms: int) -> aioredis.Redis:
+def _tls_kwargs(url: StoreURL, options: RedisOptions) -> dict[str, Any]:
+    """redis-py's TLS arguments for ``rediss://``: the server's certificate is always verified
+    (and its host name, redis-py's default), against `tls_ca_file` or the system's CAs."""
+    if url.scheme != "rediss":
+        return {}
+    return {
+        "ssl_cert_reqs": "required",
+        "ssl_ca_certs": options.tls_ca_file,
+        "ssl_certfile": options.tls_cert_file,
+        "ssl_keyfile": options.tls_key_file,
+    }
+
+
+def make_client(url: StoreURL, options: RedisOptions) -> aioredis.Redis:
     """A client for `url` without anarchon's query options. No automatic retries: a claim that
     fails on the wire is resent by the scheduler with the same token (C2), and renew / finish /
     release must not be applied twice behind the caller's back."""
-    seconds = timeout_ms / 1000
+    seconds = options.timeout_ms / 1000
     # A blocking pool: a burst of claims (many jobs due in one slot) waits for a free connection
     # instead of failing with "Too many connections" past the pool's size.
     pool = aioredis.BlockingConnectionPool.from_url(
@@ -47,6 +62,7 @@ def make_client(url: StoreURL, timeout_ms: int) -> aioredis.Redis:
         retry=Retry(NoBackoff(), 0),
         decode_responses=True,
         client_name="anarchon",
+        **_tls_kwargs(url, options),
     )
     return aioredis.Redis.from_pool(pool)
 
@@ -57,8 +73,16 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
             await client.ping()
             return
         except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+            tls = tls_error(
+                exc,
+                f"Redis at {url}",
+                ca_option="tls_ca_file",
+                cert_options="tls_cert_file and tls_key_file (tls-auth-clients yes)",
+            )
+            if isinstance(tls, ConfigError):
+                raise tls from None
             if attempt == OPEN_TRIES - 1:
-                raise StoreUnavailable(
+                raise tls or StoreUnavailable(
                     f"Redis at {url} did not answer after {OPEN_TRIES} tries ({exc}): is the server "
                     "running and the URL right (redis://host:6379/0, rediss:// for TLS)?"
                 ) from None

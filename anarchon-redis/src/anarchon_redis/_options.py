@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -43,6 +44,21 @@ def _bounded(name: str, low: int, high: int, unit: str = "") -> Any:
 
     return check
 
+
+def _check_file(_: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{attribute.name} must be a file path, got {value!r}")
+    if not os.path.isfile(value):
+        raise ConfigError(
+            f"{attribute.name} {value!r} is not a file: give the path of a PEM file this "
+            "process can read"
+        )
+
+
+TLS_OPTIONS = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+"""Options that apply to ``rediss://`` only."""
 
 _ONLY = {
     "duration_sec": ("idmp",),
@@ -87,6 +103,12 @@ class RedisOptions(StoreOptions):
         validator=_bounded("timeout_ms", 1, 600_000, " ms"),
     )
     """How long one command (or a connect) may take before it fails with `StoreUnavailable`."""
+    tls_ca_file: str | None = attrs.field(default=None, validator=_check_file)
+    """CA bundle to verify the server (``rediss://``); default: the system's CAs."""
+    tls_cert_file: str | None = attrs.field(default=None, validator=_check_file)
+    """Client certificate (mutual TLS), with `tls_key_file`."""
+    tls_key_file: str | None = attrs.field(default=None, validator=_check_file)
+    """Client key (mutual TLS), with `tls_cert_file`."""
 
     def __attrs_post_init__(self) -> None:
         for name, strategies in _ONLY.items():
@@ -95,6 +117,13 @@ class RedisOptions(StoreOptions):
                     f"option {name} applies only to strategy={' or strategy='.join(strategies)}, "
                     f"not strategy={self.strategy}: remove it or change the strategy"
                 )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
+
+    @property
+    def tls_given(self) -> tuple[str, ...]:
+        """The TLS options that were given (they need ``rediss://``)."""
+        return tuple(name for name in TLS_OPTIONS if getattr(self, name) is not None)
 
     @property
     def idmp_duration_sec(self) -> int:

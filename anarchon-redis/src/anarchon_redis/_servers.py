@@ -1,6 +1,6 @@
 """Private Redis-family servers for tests: started on a free 127.0.0.1 port, without
 persistence, stopped at exit. Binaries come from ``scripts/redis-servers`` (``.cache/servers/``)
-or the environment variables below."""
+or the environment variables below. A server started with `TLSFiles` listens for TLS only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import atexit
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["BINARIES", "PrivateServer", "find_binary", "private_server", "stop_all"]
+__all__ = [
+    "BINARIES",
+    "NoTLS",
+    "PrivateServer",
+    "TLSFiles",
+    "find_binary",
+    "private_server",
+    "start",
+    "stop_all",
+]
 
 BINARIES = {
     "redis86": ("ANARCHON_TEST_REDIS86_SERVER", "redis-8.6/bin/redis-server"),
@@ -45,16 +55,55 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@attrs.frozen(kw_only=True)
+class TLSFiles:
+    """PEM files of a TLS-only server: its certificate and key, and the CA it verifies client
+    certificates with. `verify_clients` requires one (``tls-auth-clients yes``); the start-up
+    probe then presents `client_cert_file`."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+    verify_clients: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+    def args(self, port: int) -> list[str]:
+        return [
+            *("--port", "0", "--tls-port", str(port), "--tls-ca-cert-file", self.ca_file),
+            *("--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file),
+            *("--tls-auth-clients", "yes" if self.verify_clients else "optional"),
+        ]
+
+    def probe_context(self) -> ssl.SSLContext:
+        """How the start-up probe connects: the CA checked, the host name not (a test may serve
+        a certificate for another host on purpose)."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.check_hostname = False
+        if self.client_cert_file and self.client_key_file:
+            context.load_cert_chain(self.client_cert_file, self.client_key_file)
+        return context
+
+
+class NoTLS(RuntimeError):
+    """The binary was built without TLS."""
+
+
+_NO_TLS = ("not supported", "not built", "not builtin", "bad directive")
+"""What a build without TLS says when given ``--tls-port``."""
+
+
 @attrs.define
 class PrivateServer:
     binary: str
     port: int
     process: subprocess.Popen[bytes]
     directory: str
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -67,30 +116,54 @@ class PrivateServer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as plain:
+            if context is None:
+                plain.sendall(b"PING\r\n")
+                return plain.recv(16).startswith(b"+PONG")
+            with context.wrap_socket(plain, server_hostname="127.0.0.1") as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
     except OSError:
         return False
 
 
-def start(binary: str) -> PrivateServer:
+def _said(directory: str) -> str:
+    """What the server wrote before it exited (config errors go to stderr, the rest to the log)."""
+    lines: list[str] = []
+    for name in ("stderr.log", "server.log"):
+        path = Path(directory) / name
+        if path.is_file():
+            lines += path.read_text(errors="replace").strip().splitlines()[-5:]
+    return " | ".join(line.strip() for line in lines if line.strip())
+
+
+def start(binary: str, tls: TLSFiles | None = None) -> PrivateServer:
+    """A server of `binary` on a free port (TLS only, with `tls`). `NoTLS` when the binary has
+    no TLS; `RuntimeError`, with what the server said, when it does not start."""
+    said = ""
     for _ in range(5):  # another process may take the free port first
         port = _free_port()
         directory = tempfile.mkdtemp(prefix="anarchon-redis-")
-        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
-        args += ["no", "--dir", directory, "--daemonize", "no", "--logfile", "server.log"]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        server = PrivateServer(binary, port, process, directory)
+        args = [binary, *(tls.args(port) if tls else ["--port", str(port)]), "--bind", "127.0.0.1"]
+        args += ["--save", "", "--appendonly", "no", "--dir", directory, "--daemonize", "no"]
+        args += ["--logfile", "server.log"]
+        with (Path(directory) / "stderr.log").open("wb") as stderr:
+            process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
+        server = PrivateServer(binary, port, process, directory, tls=tls is not None)
+        context = tls.probe_context() if tls else None
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and process.poll() is None:
-            if _answers(port):
+            if _answers(port, context):
                 return server
             time.sleep(0.05)
+        if process.poll() is not None:
+            said = _said(directory)
         server.stop()
-    raise RuntimeError(f"{binary} did not start on a free port")
+        if tls and any(words in said.lower() for words in _NO_TLS):
+            raise NoTLS(f"{binary} has no TLS (built without BUILD_TLS=yes): {said}")
+    raise RuntimeError(f"{binary} did not start on a free port: {said or 'it said nothing'}")
 
 
 _servers: dict[str, PrivateServer | None] = {}

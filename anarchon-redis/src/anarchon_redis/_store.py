@@ -74,6 +74,11 @@ class RedisStore(ClaimStore):
                 f"{type(self).__name__} is strategy={self.strategy}, the options say "
                 f"strategy={options.strategy}; build stores with anarchon.connect or RedisStore"
             )
+        if url.scheme != "rediss" and options.tls_given:
+            raise ConfigError(
+                f"Redis URL {url}: the TLS options ({', '.join(options.tls_given)}) need a TLS "
+                "connection: use rediss://host:port/db (the server's TLS port)"
+            )
         if url.path and not url.path.isdigit():
             raise ConfigError(
                 f"Redis URL {url}: the path must be a database number such as /0, got {url.path!r}"
@@ -237,7 +242,7 @@ class RedisStore(ClaimStore):
     async def open(self) -> None:
         if self._client is not None:
             return
-        client = make_client(self.url, self.options.timeout_ms)
+        client = make_client(self.url, self.options)
         try:
             await ping(client, self.url)
             with translated(self.url):

@@ -10,11 +10,12 @@ store's prefix option.
 * `set_run_field(client, prefix, job, slot, name, value)`: change one field of a stored run.
 * `floor(client, prefix, job)`: the job's forgotten floor (L11), or None.
 * `delete_prefix(client, prefix)`: delete every key of a prefix (SCAN, never FLUSHALL).
+* `start_tls_server(TLSFiles(...))`: a private TLS-only ``redis-server`` (``rediss://``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
@@ -22,9 +23,15 @@ from anarchon import RunRecord, RunStatus
 
 from ._keys import JobKeys
 from ._runs import run_fields, run_from_value, run_value
+from ._servers import NoTLS, TLSFiles
 from ._streams import parse_entry
 
+if TYPE_CHECKING:
+    from ._servers import PrivateServer
+
 __all__ = [
+    "NoTLS",
+    "TLSFiles",
     "delete_prefix",
     "floor",
     "force_expire",
@@ -33,6 +40,7 @@ __all__ = [
     "raw_claim",
     "raw_run",
     "set_run_field",
+    "start_tls_server",
 ]
 
 
@@ -104,6 +112,19 @@ def private_server_url(kind: str) -> str | None:
 
     server = private_server(kind)
     return None if server is None else server.url
+
+
+def start_tls_server(tls: TLSFiles) -> PrivateServer:
+    """A TLS-only private ``redis-server`` (the one on PATH, or ``ANARCHON_TEST_REDIS_SERVER``)
+    with the certificates of `tls`; its `url` is ``rediss://127.0.0.1:<port>/0``. Stop it with
+    ``server.stop()``. `NoTLS` when the binary was built without TLS, `FileNotFoundError` when
+    there is none."""
+    from ._servers import find_binary, start
+
+    binary = find_binary("redis")
+    if binary is None:
+        raise FileNotFoundError("redis-server is not installed (or set ANARCHON_TEST_REDIS_SERVER)")
+    return start(binary, tls)
 
 
 def missing_server_reason(kind: str) -> str:
