@@ -14,6 +14,7 @@ import nats.errors
 from nats.js.errors import APIError, NoStreamResponseError
 
 from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
+from anarchon._errors import tls_error
 
 from ._options import NATSOptions
 
@@ -22,6 +23,7 @@ __all__ = [
     "ConnectErrors",
     "connect_kwargs",
     "refused_login",
+    "refused_tls",
     "scrub",
     "shown_url",
     "translate",
@@ -101,6 +103,16 @@ class ConnectErrors:
         if refused_login(final):
             return self.add(final), True
         return self.last or scrub(f"{type(final).__name__}: {final}", self.hidden), False
+
+
+def refused_tls(exc: BaseException, where: str) -> AnarchonError | None:
+    """The error for a TLS handshake that failed while connecting, or None if `exc` is not one."""
+    return tls_error(
+        exc,
+        f"NATS at {where}",
+        ca_option="tls_ca_file",
+        cert_options="tls_cert_file and tls_key_file",
+    )
 
 
 def _tls_context(options: NATSOptions) -> ssl.SSLContext:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from ._connection import (
     DRIVER_ERRORS,
     ConnectErrors,
     connect_kwargs,
+    refused_tls,
     secrets,
     shown_url,
     translate,
@@ -56,6 +58,9 @@ __all__ = ["NATSStore"]
 
 log = logging.getLogger("anarchon.nats")
 
+OPEN_STEPS = 8
+"""Steps of `open`'s connect that may each take `timeout_ms`: two attempts of connect, INFO,
+TLS and the first PING."""
 ERR_WRONG_LAST_SEQUENCE = 10071
 """expected-seq: the slot's subject already holds a message."""
 ERR_DUPLICATE_IN_PROCESS = 10158
@@ -135,6 +140,11 @@ class NATSStore(ClaimStore):
 
     async def _on_error(self, exc: Exception) -> None:
         log.debug("NATS at %s: %s", self.where, self._errors.add(exc))
+        if self._nc is None and isinstance(exc, ssl.SSLError):
+            # Opening, and the TLS handshake failed: trying again will not help, and nats-py
+            # (2.16) would wait for ever closing that connection. Raised here, it ends the
+            # connect at once (asyncio closed the socket when the handshake failed).
+            raise exc
         nc = self._nc
         if nc is not None and not nc.is_connected and not nc.is_closed:
             # nats-py (2.16) leaves the socket of a failed reconnection attempt open and
@@ -158,22 +168,13 @@ class NATSStore(ClaimStore):
             return
         self._errors.clear()
         try:
-            nc = await nats.connect(
-                **self._kwargs,
-                name="anarchon",
-                connect_timeout=self._timeout,
-                reconnect_time_wait=0.5,
-                # Tried twice at start (the scheduler retries opening); once connected, it
-                # reconnects for ever (set below).
-                max_reconnect_attempts=1,
-                # No buffering while disconnected: a claim then fails at once instead of being
-                # sent long after its caller gave up.
-                pending_size=0,
-                error_cb=self._on_error,
-                disconnected_cb=self._on_disconnected,
-                reconnected_cb=self._on_reconnected,
-            )
+            # Bounded as a whole, as well as each step: a connect that hangs in nats-py (its
+            # handling of failed connections) fails with the errors reported so far.
+            nc = await asyncio.wait_for(self._connect(), OPEN_STEPS * self._timeout + 1)
         except DRIVER_ERRORS as exc:
+            tls = refused_tls(exc, self.where)
+            if tls is not None:
+                raise tls from None
             reason, refused = self._errors.reason(exc)
             if refused:
                 raise StoreUnavailable(
@@ -194,6 +195,23 @@ class NATSStore(ClaimStore):
                 raise self._error(exc) from None
             raise
         self._nc, self._js = nc, js
+
+    async def _connect(self) -> Client:
+        return await nats.connect(
+            **self._kwargs,
+            name="anarchon",
+            connect_timeout=self._timeout,
+            reconnect_time_wait=0.5,
+            # Tried twice at start (the scheduler retries opening); once connected, it
+            # reconnects for ever (set in `open`).
+            max_reconnect_attempts=1,
+            # No buffering while disconnected: a claim then fails at once instead of being
+            # sent long after its caller gave up.
+            pending_size=0,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+        )
 
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
