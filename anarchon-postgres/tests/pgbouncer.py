@@ -132,7 +132,7 @@ class PgBouncer:
             cursor_factory=psycopg.ClientCursor,
             row_factory=dict_row,
         ) as conn:
-            return conn.execute(f"SHOW {what}").fetchall()  # type: ignore[arg-type]
+            return conn.execute(f"SHOW {what}").fetchall()
 
     def version(self) -> str:
         """``PgBouncer 1.18.0``, from its admin console."""

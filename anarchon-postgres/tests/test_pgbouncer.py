@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -64,7 +64,7 @@ class TestPostgresConformanceThroughPgBouncer(ConformanceSuite):
 def through(pgbouncer: PgBouncer, schema: str) -> Callable[..., PostgresStore]:
     """Stores (not opened) on a fresh schema, through the session's PgBouncer."""
 
-    def make(**options: object) -> PostgresStore:
+    def make(**options: Any) -> PostgresStore:
         return PostgresStore.create(url_with(schema, pgbouncer.url), **options)
 
     return make
