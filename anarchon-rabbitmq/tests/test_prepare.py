@@ -41,12 +41,13 @@ def request(job: str, slot: int, **kw: object) -> ClaimRequest:
 async def test_prepare_declares_empty_queues_that_the_claims_fill(
     prefix: str, cleanup: set[str]
 ) -> None:
-    slot = now_ms() // 1000 * 1000 + 2000
     jobs = ["a", "b", "c"]
-    names = [queue_name(prefix, job, slot) for job in jobs]
-    cleanup.update(names)
     async with connect(AMQP_URL, prefix=prefix) as store, connect(AMQP_URL, prefix=prefix) as other:
         assert isinstance(store, SupportsPrepare)
+        # Ahead by more than a first connect in a process may take (it loads the plugins).
+        slot = now_ms() // 1000 * 1000 + 5000
+        names = [queue_name(prefix, job, slot) for job in jobs]
+        cleanup.update(names)
         await store.prepare(jobs, slot)
         await store.prepare(jobs, slot)
         assert [await message_count(n) for n in names] == [0, 0, 0], "prepared, not claimed"

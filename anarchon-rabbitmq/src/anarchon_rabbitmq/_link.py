@@ -251,16 +251,18 @@ class Link:
 
     async def _warms_up(self, channel: AbstractChannel, arguments: dict[str, Any]) -> bool:
         """Whether this broker drops a `WARM_UP` message in the step that stores it, checked
-        once on a queue of the store's own made like a run's: it must be empty right after the
-        warm-up (a passive declaration on the same channel reaches the queue after the publish).
-        A broker that kept it would refuse every claim of a warmed queue, so then queues are
+        once on a queue of the store's own made like a run's: it must be empty once the broker
+        has confirmed the warm-up (published on a claim channel, with confirms: a passive
+        declaration alone could be answered first, the queue serves it ahead of deliveries). A
+        broker that kept it would refuse every claim of a warmed queue, so then queues are
         prepared without one, and a warning says so."""
         probe = probe_name(self._options.prefix, secrets.token_hex(8))
         await channel.queue_declare(
             probe, durable=True, arguments={**arguments, "x-expires": 60_000}
         )
         try:
-            await channel.basic_publish(b"", routing_key=probe, properties=WARM_UP)
+            confirming = await self.channel()
+            await confirming.basic_publish(b"", routing_key=probe, properties=WARM_UP)
             kept = (await channel.queue_declare(probe, passive=True)).message_count or 0
         finally:
             await channel.queue_delete(probe, nowait=True)
