@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 
@@ -144,3 +146,35 @@ def test_every_hook_spec_has_a_docstring_and_the_prefix() -> None:
     assert len(hooks) == 7
     for name in hooks:
         assert getattr(spec, name).__doc__, name
+
+
+DRIVERS = ("redis", "psycopg", "psycopg_pool", "aiormq", "nats", "aiomysql", "pymysql")
+
+
+def test_registering_every_installed_backend_imports_no_driver() -> None:
+    """Loading the plugins imports each backend package's ``__init__`` (`lazy_exports`), never
+    its driver: a process that uses SQLite does not pay for the Redis client it has installed."""
+    code = (
+        "import sys\n"
+        "from anarchon.plugins import plugin_manager\n"
+        "schemes = [b.scheme for b in plugin_manager().backends()]\n"
+        f"print(sorted(schemes), [m for m in {DRIVERS!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    schemes, imported = out.rsplit("] [", 1)
+    assert "redis" in schemes and "postgresql" in schemes and "amqp" in schemes, out
+    assert imported.strip() == "]", f"drivers imported by registering the backends: {out}"
+
+
+def test_a_lazy_name_is_imported_on_first_use_and_kept() -> None:
+    import anarchon_redis
+
+    store_class = anarchon_redis.RedisStore
+    from anarchon_redis._store import RedisStore
+
+    assert store_class is RedisStore
+    assert anarchon_redis.__dict__["RedisStore"] is RedisStore, "found directly from now on"
+    with pytest.raises(AttributeError, match="module 'anarchon_redis' has no attribute 'Nope'"):
+        anarchon_redis.Nope  # noqa: B018

@@ -7,9 +7,14 @@ leases, no self-recognition: an answer lost with the connection is `unknown`, ne
 
 from __future__ import annotations
 
-from ._options import DEFAULT_SLOT_TTL_MS, RabbitMQOptions
-from ._queues import queue_arguments, queue_name
-from ._store import RabbitMQStore
+from typing import TYPE_CHECKING
+
+from anarchon.plugins import lazy_exports
+
+if TYPE_CHECKING:
+    from ._options import DEFAULT_SLOT_TTL_MS, RabbitMQOptions
+    from ._queues import queue_arguments, queue_name
+    from ._store import RabbitMQStore
 
 __all__ = [
     "DEFAULT_SLOT_TTL_MS",
@@ -18,3 +23,15 @@ __all__ = [
     "queue_arguments",
     "queue_name",
 ]
+
+# The driver is imported when a name is first used, not when the plugin registers the backend.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "DEFAULT_SLOT_TTL_MS": "._options",
+        "RabbitMQOptions": "._options",
+        "queue_arguments": "._queues",
+        "queue_name": "._queues",
+        "RabbitMQStore": "._store",
+    },
+)

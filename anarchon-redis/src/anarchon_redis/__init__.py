@@ -7,13 +7,18 @@ per job. `anarchon_redis.testing` holds the conformance backdoors.
 
 from __future__ import annotations
 
-from ._idmp import IdmpStore
-from ._keys import JobKeys
-from ._lease import RedisLeaseStore
-from ._options import STRATEGIES, RedisOptions
-from ._script import ScriptStore
-from ._store import RedisStore
-from ._stream_id import StreamIdStore
+from typing import TYPE_CHECKING
+
+from anarchon.plugins import lazy_exports
+
+if TYPE_CHECKING:
+    from ._idmp import IdmpStore
+    from ._keys import JobKeys
+    from ._lease import RedisLeaseStore
+    from ._options import STRATEGIES, RedisOptions
+    from ._script import ScriptStore
+    from ._store import RedisStore
+    from ._stream_id import StreamIdStore
 
 __all__ = [
     "STRATEGIES",
@@ -25,3 +30,18 @@ __all__ = [
     "ScriptStore",
     "StreamIdStore",
 ]
+
+# The driver is imported when a name is first used, not when the plugin registers the backend.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "IdmpStore": "._idmp",
+        "JobKeys": "._keys",
+        "RedisLeaseStore": "._lease",
+        "STRATEGIES": "._options",
+        "RedisOptions": "._options",
+        "ScriptStore": "._script",
+        "RedisStore": "._store",
+        "StreamIdStore": "._stream_id",
+    },
+)

@@ -6,6 +6,7 @@ A plugin is a module or object with functions marked `hookimpl`, named after the
 
 from __future__ import annotations
 
+from ._lazy import lazy_exports
 from ._manager import PluginManager, plugin_manager, reset_plugin_manager
 from ._markers import hookimpl
 from ._registry import BackendInfo, BackendRegistry
@@ -15,6 +16,7 @@ __all__ = [
     "BackendRegistry",
     "PluginManager",
     "hookimpl",
+    "lazy_exports",
     "plugin_manager",
     "reset_plugin_manager",
 ]
