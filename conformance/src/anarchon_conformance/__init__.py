@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         MemoryRuleTests,
         PrepareTests,
         ReconnectTests,
+        SetupTests,
         SingleWinnerTests,
         StatefulTests,
     )
@@ -53,6 +54,7 @@ __all__ = [
     "ReconnectTests",
     "Rule",
     "RuleStatus",
+    "SetupTests",
     "SingleWinnerTests",
     "StatefulTests",
     "TLSFront",
@@ -82,6 +84,7 @@ _LAZY = {
             "MemoryRuleTests",
             "PrepareTests",
             "ReconnectTests",
+            "SetupTests",
             "SingleWinnerTests",
             "StatefulTests",
         ],
@@ -92,7 +95,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """The suites, the proxy and the certificate are imported on first use (the pytest plugin
-    loads this package in every session and must stay light)."""
+    loads this package in every session and must stay light: not even `anarchon` is imported,
+    which is why `anarchon.plugins.lazy_exports` is not used here)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'anarchon_conformance' has no attribute {name!r}")
