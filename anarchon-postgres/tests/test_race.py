@@ -4,17 +4,13 @@ start of 8 instances on an empty schema."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+from core_helpers import finish, go, wait_ready, worker_processes
 from psycopg import sql
 
 from anarchon_postgres import SCHEMA_VERSION, PostgresStore, testing
@@ -27,57 +23,13 @@ PROCESSES = 8
 TASKS_PER_PROCESS = 2
 
 
-@contextmanager
-def workers(n: int, *args: object) -> Iterator[list[subprocess.Popen[str]]]:
-    """Start `n` race_worker processes."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), *map(str, args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != "ready":
-            raise AssertionError(f"worker did not start: {line!r} {proc.communicate()[1]}")
-
-
-def go(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:  # the start signal, as close together as we can send it
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-
-
-def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    return result
-
-
 @pytest.mark.processes
 async def test_C1_eight_processes_race_for_1000_slots(schema: str) -> None:
     url = url_with(schema)
     store = PostgresStore.create(url)
     await store.open()
     first = await store.now_ms() - SLOTS * 1000 - 1000
-    with workers(PROCESSES, url, "race", first, SLOTS, TASKS_PER_PROCESS) as procs:
+    with worker_processes(WORKER, PROCESSES, url, "race", first, SLOTS, TASKS_PER_PROCESS) as procs:
         await asyncio.to_thread(wait_ready, procs)
         started = time.monotonic()
         go(procs)
@@ -113,7 +65,7 @@ async def test_C1_eight_processes_race_for_1000_slots(schema: str) -> None:
 async def test_eight_instances_start_at_once_on_an_empty_schema(schema: str) -> None:
     url = url_with(schema)
     first = int(time.time() * 1000)
-    with workers(8, url, "first", first, 1, 1, "open-on-go") as procs:
+    with worker_processes(WORKER, 8, url, "first", first, 1, 1, "open-on-go") as procs:
         await asyncio.to_thread(wait_ready, procs)
         go(procs)
         results = await asyncio.to_thread(lambda: [finish(p) for p in procs])

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from core_helpers import finish, go, wait_ready, worker_processes
 
 from anarchon_sqlite import SQLiteStore, testing
 
@@ -27,43 +23,6 @@ LOCAL_TASKS = 32
 LOCAL_STORES = 4
 
 
-@contextmanager
-def workers(n: int, *args: object) -> Iterator[list[subprocess.Popen[str]]]:
-    """Start `n` race_worker processes and wait until each has its store open."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), *map(str, args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != "ready":
-            raise AssertionError(f"worker did not start: {line!r} {proc.communicate()[1]}")
-
-
-def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    return result
-
-
 @pytest.mark.processes
 async def test_C1_one_winner_per_slot_across_tasks_and_processes(tmp_path: Path) -> None:
     path = tmp_path / "race.db"
@@ -71,13 +30,12 @@ async def test_C1_one_winner_per_slot_across_tasks_and_processes(tmp_path: Path)
     for store in stores:
         await store.open()
     first = await stores[0].now_ms() - 1000
-    with workers(PROCESSES, path, "race", first, SLOTS, TASKS_PER_PROCESS) as procs:
+    with worker_processes(
+        WORKER, PROCESSES, path, "race", first, SLOTS, TASKS_PER_PROCESS
+    ) as procs:
         await asyncio.to_thread(wait_ready, procs)
         started = time.monotonic()
-        for proc in procs:  # the start signal, as close together as we can send it
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        go(procs)
         local = await asyncio.gather(
             *(
                 claim_all(stores[t % LOCAL_STORES], "race", first, SLOTS, f"local-{t}")
@@ -119,12 +77,9 @@ async def test_C1_one_winner_per_slot_across_tasks_and_processes(tmp_path: Path)
 async def test_eight_processes_open_one_new_file_at_once(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     first = int(time.time() * 1000)
-    with workers(8, path, "first", first, 1, 1, "open-on-go") as procs:
+    with worker_processes(WORKER, 8, path, "first", first, 1, 1, "open-on-go") as procs:
         await asyncio.to_thread(wait_ready, procs)
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        go(procs)
         results = await asyncio.to_thread(lambda: [finish(p) for p in procs])
     won = [r["won"] for r in results if r["won"]]
     assert len(won) == 1, results

@@ -27,7 +27,7 @@ from anarchon import ConfigError, StoreUnavailable
 from ._errors import is_busy, translate
 from ._schema import check_schema, ensure_schema
 
-__all__ = ["Worker", "open_connection"]
+__all__ = ["Worker", "open_connection", "retried"]
 
 T = TypeVar("T")
 
@@ -62,7 +62,10 @@ def open_connection(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         check_schema(conn, path)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # Switching a new file to WAL needs the file to itself, and SQLite answers "locked" at
+        # once, without its busy handler, when another connection switches it at that moment
+        # (processes opening one new file together): retried like any locked statement.
+        mode = retried(_wal, conn, busy_timeout_ms)
         if str(mode).lower() != "wal":
             raise ConfigError(
                 f"SQLite database {path} cannot use write-ahead logging (journal mode stays "
@@ -78,6 +81,34 @@ def open_connection(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _wal(conn: sqlite3.Connection) -> object:
+    return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+
+
+def retried(fn: Callable[..., T], conn: sqlite3.Connection, busy_timeout_ms: int, *args: Any) -> T:
+    """``fn(conn, *args)``, retried from the start while the file is locked (module doc), for up
+    to `busy_timeout_ms`; then the last `sqlite3.Error` is raised. Every step must be safe to
+    retry: a locked file fails it before it wrote anything."""
+    deadline: float | None = None
+    pause = 0.0001
+    while True:
+        try:
+            return fn(conn, *args)
+        except sqlite3.Error as exc:
+            if conn.in_transaction:  # never leave the write lock held after a failure
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if not is_busy(exc):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + busy_timeout_ms / 1000
+            if now >= deadline:
+                raise
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 0.002)
 
 
 class Worker:
@@ -122,23 +153,8 @@ class Worker:
         return await asyncio.wrap_future(executor.submit(self._call, fn, conn, *args))
 
     def _call(self, fn: Callable[..., T], conn: sqlite3.Connection, *args: Any) -> T:
-        """``fn(conn, *args)``; retried from the start while the file is locked (module doc).
-        Every step is safe to retry: a locked file fails it before it wrote anything."""
-        deadline: float | None = None
-        pause = 0.0001
-        while True:
-            try:
-                return fn(conn, *args)
-            except sqlite3.Error as exc:
-                if conn.in_transaction:  # never leave the write lock held after a failure
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                if is_busy(exc):
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + self.busy_timeout_ms / 1000
-                    if now < deadline:
-                        time.sleep(min(pause, deadline - now))
-                        pause = min(pause * 2, 0.002)
-                        continue
-                raise translate(exc, self.path, busy_timeout_ms=self.busy_timeout_ms) from None
+        """``fn(conn, *args)``, `retried` while the file is locked; then an anarchon error."""
+        try:
+            return retried(fn, conn, self.busy_timeout_ms, *args)
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path, busy_timeout_ms=self.busy_timeout_ms) from None
