@@ -223,20 +223,36 @@ class Link:
                             raise
 
     async def _declare_batch(self, batch: Sequence[str], arguments: dict[str, Any]) -> None:
+        """Declare `batch` (no-wait), each queue warmed up right behind its declaration, on the
+        declaring channel (with confirms), and wait until the broker has handled all of it: the
+        declarations (a round trip behind them) and the warm-ups (their confirms, once stored
+        and dropped). So a preparation leaves the broker no work behind it that the claims at
+        the slot would queue up behind."""
         channel = self._declaring
         if channel is None or channel.is_closed or not self.connected:
             async with self._lock:
                 connection = await self._connected()
-            channel = self._declaring = await self._open_channel(connection, confirms=False)
+            channel = self._declaring = await self._open_channel(connection)
+        warm_ups: list[asyncio.Future[object]] = []
         try:
             if self._warm_up is None:
                 self._warm_up = await self._warms_up(channel, arguments)
             for queue in batch:
                 await channel.queue_declare(queue, durable=True, nowait=True, arguments=arguments)
                 if self._warm_up:
-                    await channel.basic_publish(b"", routing_key=queue, properties=WARM_UP)
+                    warm_ups.append(
+                        asyncio.ensure_future(
+                            channel.basic_publish(b"", routing_key=queue, properties=WARM_UP)
+                        )
+                    )
             # A round trip behind them: the broker has handled every declaration sent.
             await channel.basic_qos(prefetch_count=0)
+            for outcome in await asyncio.gather(*warm_ups, return_exceptions=True):
+                # A nack: the queue holds a claim already (a late preparation), as it should.
+                if isinstance(outcome, BaseException) and not isinstance(
+                    outcome, aiormq.exceptions.DeliveryError
+                ):
+                    raise outcome
         except asyncio.CancelledError:
             # A reply may still be on its way: the next preparation takes a new channel.
             self._declaring = None
@@ -248,12 +264,16 @@ class Link:
             if not broken(exc):
                 raise
             raise self.unavailable(f"declaring {len(batch)} queue(s) failed", exc) from None
+        finally:
+            for warm_up in warm_ups:  # left behind by a failure: nobody waits for them
+                warm_up.cancel()
+                warm_up.add_done_callback(_consumed)
 
     async def _warms_up(self, channel: AbstractChannel, arguments: dict[str, Any]) -> bool:
         """Whether this broker drops a `WARM_UP` message in the step that stores it, checked
         once on a queue of the store's own made like a run's: it must be empty once the broker
-        has confirmed the warm-up (published on a claim channel, with confirms: a passive
-        declaration alone could be answered first, the queue serves it ahead of deliveries). A
+        has confirmed the warm-up (the declaring channel has confirms: without waiting for one, a
+        passive declaration could be answered first, the queue serves it ahead of deliveries). A
         broker that kept it would refuse every claim of a warmed queue, so then queues are
         prepared without one, and a warning says so."""
         probe = probe_name(self._options.prefix, secrets.token_hex(8))
@@ -261,8 +281,7 @@ class Link:
             probe, durable=True, arguments={**arguments, "x-expires": 60_000}
         )
         try:
-            confirming = await self.channel()
-            await confirming.basic_publish(b"", routing_key=probe, properties=WARM_UP)
+            await channel.basic_publish(b"", routing_key=probe, properties=WARM_UP)
             kept = (await channel.queue_declare(probe, passive=True)).message_count or 0
         finally:
             await channel.queue_delete(probe, nowait=True)
@@ -302,6 +321,11 @@ class Link:
         self._declaring = None
         if connection is not None:
             await _quietly_close(connection)
+
+
+def _consumed(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _passive_count(connection: AbstractConnection, queue: str) -> int:
