@@ -14,11 +14,19 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 import pytest_asyncio
 
-from anarchon import Capabilities, ClaimRequest, ClaimStore, LeaseStore, Overlap, new_token
+from anarchon import (
+    Capabilities,
+    ClaimRequest,
+    ClaimStore,
+    LeaseStore,
+    Outcome,
+    Overlap,
+    new_token,
+)
 
 from .._harness import DEFAULT_PREFIX, BackendHarness
 
-__all__ = ["HarnessSuite", "capability_doc", "require", "within"]
+__all__ = ["NOT_WON", "HarnessSuite", "capability_doc", "optional", "require", "within"]
 
 T = TypeVar("T")
 
@@ -54,6 +62,17 @@ def require(harness: BackendHarness, *flags: str) -> None:
     for flag in flags:
         if not getattr(caps, flag):
             pytest.skip(f"not applicable: capability {flag} is off ({capability_doc(flag)})")
+
+
+NOT_WON = (Outcome.LOST, Outcome.UNKNOWN, Outcome.RUNNING, Outcome.DONE)
+"""What a claim of a run another token holds may answer."""
+
+
+def optional(store: ClaimStore, protocol: type[T], what: str) -> T:
+    """`store` as an optional `protocol` it implements, or skip (not applicable: `what`)."""
+    if not isinstance(store, protocol):
+        pytest.skip(f"not applicable: {what} ({protocol.__name__})")
+    return store
 
 
 async def within(awaitable: Awaitable[T], seconds: float = TIMEOUT_S) -> T:

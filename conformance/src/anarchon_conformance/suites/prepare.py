@@ -13,20 +13,15 @@ from anarchon import Claim, ClaimStore, Outcome, SupportsPrepare
 
 from .._harness import BackendHarness
 from .._rules import rule
-from ._base import HarnessSuite, within
+from ._base import NOT_WON, HarnessSuite, optional, within
 from .memory_rule import BUDGET_MS
 
 __all__ = ["PrepareTests"]
 
-NOT_LOST = (Outcome.LOST, Outcome.UNKNOWN, Outcome.RUNNING, Outcome.DONE)
-"""What a claim of a run another token holds may answer."""
-
 
 def preparer(store: ClaimStore) -> SupportsPrepare:
-    """The store as a `SupportsPrepare` (or skip: the checks are not applicable)."""
-    if not isinstance(store, SupportsPrepare):
-        pytest.skip("not applicable: the store does not prepare slots ahead (SupportsPrepare)")
-    return store
+    what = "the store does not prepare slots ahead"
+    return optional(store, SupportsPrepare, what)  # type: ignore[type-abstract]  # a Protocol
 
 
 class PrepareTests(HarnessSuite):
@@ -60,13 +55,13 @@ class PrepareTests(HarnessSuite):
         won = await within(other.claim(self.request("prep-a", slot, instance="o:1:0")))
         assert won.won, f"PREP: a prepared slot must be claimable by anyone: {won}"
         lost = await within(store.claim(self.request("prep-a", slot)))
-        assert lost.outcome in NOT_LOST, f"PREP: preparing gave the preparer a won run: {lost}"
+        assert lost.outcome in NOT_WON, f"PREP: preparing gave the preparer a won run: {lost}"
         assert (await within(store.claim(self.request("prep-b", slot)))).won
         # Preparing again after the claims changes no outcome.
         await within(preparer(other).prepare(jobs, slot))
         for job in ("prep-a", "prep-b"):
             again = await within(other.claim(self.request(job, slot, instance="o:1:1")))
-            assert again.outcome in NOT_LOST, f"PREP: a preparation reopened run {job}: {again}"
+            assert again.outcome in NOT_WON, f"PREP: a preparation reopened run {job}: {again}"
             assert await within(harness.raw_run(job, slot)) is not None
         assert await within(harness.raw_run("prep-c", slot)) is None
         assert (await within(other.claim(self.request("prep-c", slot)))).won
