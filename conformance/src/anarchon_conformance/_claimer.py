@@ -1,7 +1,8 @@
 """A claiming instance in its own OS process, for the C1 process check.
 
 ``python -m anarchon_conformance._claimer '<json>'`` opens the store at ``url``, waits for the
-shared start instant, claims every slot from many asyncio tasks, and prints the wins as JSON.
+shared start instant, claims every slot from many asyncio tasks (resending a claim the store
+failed with `StoreUnavailable`, as the scheduler does), and prints the wins as JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from anarchon import ClaimRequest, Overlap, connect, new_token
 
 from ._harness import register_plugins
+from ._resend import claim_as_scheduled
 
 
 async def claim_all(spec: dict[str, Any]) -> list[list[Any]]:
@@ -34,7 +36,7 @@ async def claim_all(spec: dict[str, Any]) -> list[list[Any]]:
                 max_late_ms=600_000,
                 overlap=Overlap.ALLOW,
             )
-            claim = await store.claim(request)
+            claim = await claim_as_scheduled(store, request)
             return [slot, request.token, claim.attempt] if claim.won else None
 
         jobs = [one(slot) for slot in spec["slots"] for _ in range(spec["tasks"])]

@@ -25,8 +25,18 @@ from anarchon import (
 )
 
 from .._harness import DEFAULT_PREFIX, BackendHarness
+from .._resend import RESENDS, claim_as_scheduled
 
-__all__ = ["NOT_WON", "HarnessSuite", "capability_doc", "optional", "require", "within"]
+__all__ = [
+    "NOT_WON",
+    "RESENDS",
+    "HarnessSuite",
+    "capability_doc",
+    "claim_as_scheduled",
+    "optional",
+    "require",
+    "within",
+]
 
 T = TypeVar("T")
 

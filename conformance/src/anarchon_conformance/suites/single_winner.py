@@ -15,7 +15,7 @@ from anarchon import Outcome
 
 from .._harness import DEFAULT_PREFIX, BackendHarness
 from .._rules import rule
-from ._base import HarnessSuite, require, within
+from ._base import HarnessSuite, claim_as_scheduled, require, within
 
 __all__ = ["SingleWinnerTests"]
 
@@ -42,7 +42,10 @@ class SingleWinnerTests(HarnessSuite):
         ]
         claims = await within(
             asyncio.gather(
-                *(stores[n % len(stores)].claim(r) for n, (_, r) in enumerate(requests))
+                *(
+                    claim_as_scheduled(stores[n % len(stores)], r)
+                    for n, (_, r) in enumerate(requests)
+                )
             ),
             60,
         )
