@@ -19,8 +19,9 @@ clock starts, as `bench/latency.py` does; every statement is rendered to bytes o
 * lost: a claim of a run another token holds (the function's read before the lock, no write);
 * check: a backup's L10 poll of that live run (the claim function's read before the lock);
 * call floor: ``SELECT`` of a PL/pgSQL function with the claim function's signature (one text in,
-  one text out) that only returns a constant, on the store's path: what calling any such
-  function costs here, before it reads or writes anything;
+  one text out) that only returns a constant, on the store's path and sent as the store sends a
+  claim (the request inline): what calling any such function costs here, before it reads or
+  writes anything;
 * shedlock won / lost: ShedLock's lock, one ``UPDATE shedlock SET lock_until = ..., locked_at =
   ..., locked_by = ... WHERE name = ? AND lock_until <= now()``, on a free lock (one row changed)
   and on a held one (none), on the store's path;
@@ -173,7 +174,8 @@ class Bench:
                     update,
                     shed_won,
                     shed_lost,
-                    sql.SQL("SELECT {}(%s::text)").format(call_floor),
+                    # The request inline and dollar-quoted, as the store sends a claim.
+                    sql.SQL("SELECT {}($q$").format(call_floor),
                 )
             )
         self.now = await self.store.now_ms()
@@ -255,10 +257,10 @@ class Bench:
             claim = await store.check(held)
             assert claim.outcome is Outcome.RUNNING, claim
 
-        call_args = (self.store._packed(held),)
+        call = self.call_floor + self.store._packed(held).encode() + b"$q$::text)"
 
         async def call_floor(_: int) -> None:
-            await store._fetchone(self.call_floor, call_args)
+            await store._fetchone(call, None)
 
         async def shedlock_won(_: int) -> None:
             assert await rowcount(shed_won, ("bench", "free")) == 1

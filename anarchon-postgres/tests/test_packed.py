@@ -122,6 +122,31 @@ async def test_a_holder_with_spaces_comes_back_whole(pg_store: PostgresStore) ->
     ]
 
 
+@pytest.mark.parametrize(
+    ("holder", "inline"),
+    [
+        ("it's a \\ back%slash, $$ and $1 %s", True),
+        ("h\u00e9te \u6771\u4eac", True),
+        ("web $q$ 1", False),  # holds the inline quote: sent as a parameter
+        ("web $q$::text); DROP TABLE x; --", False),
+    ],
+)
+async def test_a_claim_sent_inline_carries_any_holder(
+    pg_store: PostgresStore, holder: str, inline: bool
+) -> None:
+    """A single claim goes as one statement with the request inline (dollar-quoted), or as a
+    parameter when the request holds the quote: either way the holder comes back as sent."""
+    now = await pg_store.now_ms()
+    request = ClaimRequest(job="sync", slot=now, instance=holder)
+    _, params = pg_store._claim_call(pg_store._packed(request))
+    assert (params is None) is inline
+    won = await pg_store.claim(request)
+    assert (won.outcome, won.holder) == (Outcome.WON, holder)
+    lost = await pg_store.claim(ClaimRequest(job="sync", slot=now, instance="b"))
+    assert (lost.outcome, lost.holder, lost.token) == (Outcome.RUNNING, holder, request.token)
+    assert (await pg_store.history("sync"))[0].holder == holder
+
+
 async def test_the_connection_has_the_lock_timeout(schema: str) -> None:
     store = PostgresStore.create(url_with(schema), statement_timeout_ms=1500)
     await store.open()

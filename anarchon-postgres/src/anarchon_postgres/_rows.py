@@ -16,7 +16,7 @@ from anarchon._leases import claim_from_outcome
 
 from ._names import Names
 
-__all__ = ["RUN_COLUMNS", "Statements", "claim_from_answer", "run_from_row"]
+__all__ = ["INLINE_QUOTE", "RUN_COLUMNS", "Statements", "claim_from_answer", "run_from_row"]
 
 Query = bytes | sql.SQL | sql.Composed
 """A statement as `psycopg` takes it: composed with quoted names, or rendered to bytes."""
@@ -24,6 +24,8 @@ Query = bytes | sql.SQL | sql.Composed
 RUN_COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"
 NOW = "coalesce(%s::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
 """The server's clock in epoch ms (T1); the parameter is None except under a test clock."""
+INLINE_QUOTE = "$q$"
+"""The dollar quote around a claim request sent inline (`Statements.claim_inline`)."""
 _KEY = "prefix = %s AND job = %s AND slot = %s"
 _HELD = _KEY + " AND token = %s AND status = 'running'"
 
@@ -35,6 +37,7 @@ class Statements:
     which costs a claim more client time than the server spends on it)."""
 
     claim: Query
+    claim_inline: Query
     claim_slot: Query
     claim_many: Query
     add_jobs: Query
@@ -61,6 +64,12 @@ class Statements:
         return cls(
             # One packed text in, one packed text out (see `_function`).
             claim=sql.SQL("SELECT {}(%b)").format(names.claim),  # %b: typed text, no cast
+            # The same call with the request inline, up to its closing quote: a statement
+            # without parameters goes as one simple-protocol Query message instead of Parse,
+            # Bind, Describe and Execute, which costs the server and the client less (a claim
+            # lost about 12 us of 200 here). Dollar quoting needs no escapes and means the same
+            # whatever standard_conforming_strings says.
+            claim_inline=sql.SQL("SELECT {}(" + INLINE_QUOTE).format(names.claim),
             # Many jobs of one slot (the scheduler's batch): the batch function, set-based, with
             # the requests packed into three texts and the distinct policies (see `_batch`).
             claim_slot=sql.SQL(

@@ -33,7 +33,7 @@ from ._errors import RETRYABLE, shown_url, translate
 from ._function import lock_timeout_setting
 from ._names import Names
 from ._options import PostgresOptions
-from ._rows import Statements, claim_from_answer, run_from_row
+from ._rows import INLINE_QUOTE, Statements, claim_from_answer, run_from_row
 from ._schema import ensure_schema
 
 __all__ = ["PostgresStore"]
@@ -49,6 +49,7 @@ POOL_TIMEOUT_S = 10.0
 """Longest a call waits for a pooled connection before `StoreUnavailable`."""
 RETRIES = 3
 """Resends of a statement rolled back by a serialization failure or deadlock (C2 makes it safe)."""
+_INLINE_CLOSE = f"{INLINE_QUOTE}::text)".encode()
 
 
 class PostgresStore(LeaseStore):
@@ -74,6 +75,8 @@ class PostgresStore(LeaseStore):
         self._conninfo, secrets = libpq_conninfo(url, options)
         self._secrets = (*secrets, url.password or "")
         self._sql = Statements.build(self.names)
+        self._encoding = "utf-8"
+        """The connections' client encoding (as Python names it), for requests sent inline."""
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._cursors: dict[Conn, Cursor] = {}
         self.answers_where = f"table {self.names.shown(self.names.table)} at {self.where}"
@@ -128,6 +131,7 @@ class PostgresStore(LeaseStore):
         try:
             await ensure_schema(conn, self.names)
             self._sql = self._sql.rendered(conn)
+            self._encoding = conn.info.encoding
         except psycopg.Error as exc:
             raise self._error(exc) from None
         finally:
@@ -204,7 +208,7 @@ class PostgresStore(LeaseStore):
             finally:
                 await pool.putconn(conn)
 
-    async def _fetchone(self, query: Any, params: Sequence[Any]) -> tuple[Any, ...]:
+    async def _fetchone(self, query: Any, params: Sequence[Any] | None) -> tuple[Any, ...]:
         async def step(cur: Cursor) -> tuple[Any, ...]:
             await cur.execute(query, params)
             row = await cur.fetchone()
@@ -242,8 +246,21 @@ class PostgresStore(LeaseStore):
         )
 
     async def claim(self, request: ClaimRequest) -> Claim:
-        row = await self._fetchone(self._sql.claim, (self._packed(request),))
+        packed = self._packed(request)
+        row = await self._fetchone(*self._claim_call(packed))
         return claim_from_answer(row[0], request, self.answers_where)
+
+    def _claim_call(self, packed: str) -> tuple[Any, tuple[str] | None]:
+        """The claim function's call for one packed request, and its parameters: the request
+        inline as a dollar-quoted literal, with no parameters (`Statements.claim_inline`); as
+        a parameter if it holds the quote or the connection's encoding cannot carry it."""
+        head = self._sql.claim_inline
+        if isinstance(head, bytes) and INLINE_QUOTE not in packed:
+            try:
+                return head + packed.encode(self._encoding) + _INLINE_CLOSE, None
+            except UnicodeEncodeError:
+                pass
+        return self._sql.claim, (packed,)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """All requests in one statement (one transaction). Distinct jobs of one slot (what the
