@@ -2,18 +2,21 @@
 
 The backdoor is a passive queue declare on a raw aiormq connection, not the store's code. The
 queues the kit creates expire by themselves ``slot_ttl`` (30 s here) after their creation: AMQP cannot list
-queues, and the kit chooses the jobs and slots.
+queues, and the kit chooses the jobs and slots. Until then they are still there, so each harness
+claims under prefixes of its own (the kit's, with the harness's run id): a test run again at once
+must not find the claims of its first run.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiormq
 import pytest
 
-from anarchon import Capabilities, RunRecord, RunStatus
+from anarchon import Capabilities, ClaimStore, RunRecord, RunStatus
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
 from anarchon_rabbitmq import queue_name
 
@@ -27,7 +30,7 @@ preparation)."""
 
 
 class RabbitMQHarness(BackendHarness):
-    """The broker at ANARCHON_TEST_AMQP_URL; isolation comes from the kit's prefixes and jobs."""
+    """The broker at ANARCHON_TEST_AMQP_URL; isolated by prefixes of this harness's own."""
 
     name = "rabbitmq"
 
@@ -51,6 +54,20 @@ class RabbitMQHarness(BackendHarness):
     def address(self) -> tuple[str, int] | None:
         parts = urlsplit(AMQP_URL)
         return (parts.hostname or "127.0.0.1", parts.port or 5672)
+
+    def mine(self, prefix: str) -> str:
+        """The kit's `prefix` as this harness uses it (the kit's process check claims under its
+        `process_prefix`, unique per harness as well)."""
+        return f"{prefix}-{self.run_id}"
+
+    async def open_store(
+        self,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        address: tuple[str, int] | None = None,
+        **options: Any,
+    ) -> ClaimStore:
+        return await super().open_store(prefix=self.mine(prefix), address=address, **options)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -79,7 +96,8 @@ class RabbitMQHarness(BackendHarness):
         try:
             channel = await connection.channel()
             try:
-                ok = await channel.queue_declare(queue_name(prefix, job, slot), passive=True)
+                queue = queue_name(self.mine(prefix), job, slot)
+                ok = await channel.queue_declare(queue, passive=True)
             except aiormq.exceptions.ChannelNotFoundEntity:
                 return None
         finally:

@@ -42,6 +42,10 @@ class BackendHarness(abc.ABC):
         """The ``--anarchon-url`` option, or None."""
         self.run_id = uuid.uuid4().hex[:12]
         """Unique per harness instance: use it to name a fresh database, file or key space."""
+        self.process_prefix = f"{DEFAULT_PREFIX}-proc-{self.run_id}"
+        """The prefix of the C1 process check's claims, which other OS processes make through
+        `process_url()` (not through `open_store`): unique per harness instance, so that a run of
+        the check never meets the claims of an earlier run in a store that outlives it."""
         self._stores: list[ClaimStore] = []
         register_plugins(self.plugins)
 

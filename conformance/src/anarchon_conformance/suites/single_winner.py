@@ -13,7 +13,7 @@ import pytest
 
 from anarchon import Outcome
 
-from .._harness import DEFAULT_PREFIX, BackendHarness
+from .._harness import BackendHarness
 from .._rules import rule
 from ._base import HarnessSuite, claim_as_scheduled, require, within
 
@@ -105,7 +105,7 @@ class SingleWinnerTests(HarnessSuite):
         for n in range(self.c1_processes):
             spec = {
                 "url": url,
-                "prefix": DEFAULT_PREFIX,
+                "prefix": harness.process_prefix,
                 "plugins": list(harness.plugins),
                 "job": "c1p",
                 "slots": slots,
