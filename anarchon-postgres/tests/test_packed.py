@@ -129,6 +129,8 @@ async def test_a_holder_with_spaces_comes_back_whole(pg_store: PostgresStore) ->
         ("h\u00e9te \u6771\u4eac", True),
         ("web $q$ 1", False),  # holds the inline quote: sent as a parameter
         ("web $q$::text); DROP TABLE x; --", False),
+        ("web $q", False),  # the literal would end at its own "$q" and the closing "$"
+        ("web $", True),
     ],
 )
 async def test_a_claim_sent_inline_carries_any_holder(

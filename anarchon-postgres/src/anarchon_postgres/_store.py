@@ -253,9 +253,11 @@ class PostgresStore(LeaseStore):
     def _claim_call(self, packed: str) -> tuple[Any, tuple[str] | None]:
         """The claim function's call for one packed request, and its parameters: the request
         inline as a dollar-quoted literal, with no parameters (`Statements.claim_inline`); as
-        a parameter if it holds the quote or the connection's encoding cannot carry it."""
+        a parameter if the literal would end before the closing quote (the request holds the
+        quote, or ends with its start, ``$q``) or the connection's encoding cannot carry it."""
         head = self._sql.claim_inline
-        if isinstance(head, bytes) and INLINE_QUOTE not in packed:
+        closed = (packed + INLINE_QUOTE).find(INLINE_QUOTE) == len(packed)
+        if isinstance(head, bytes) and closed:
             try:
                 return head + packed.encode(self._encoding) + _INLINE_CLOSE, None
             except UnicodeEncodeError:
