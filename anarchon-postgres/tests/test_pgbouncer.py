@@ -283,6 +283,50 @@ async def test_a_claim_waits_for_a_row_lock_released_within_the_lock_timeout(
     assert LOCK_TIMEOUT_MS / 1000 / 3 * 0.9 <= waited < LOCK_TIMEOUT_MS / 1000, waited
 
 
+async def lock_run(schema: str, job: str, slot: int) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """A transaction straight to the server holding the run's row lock until it ends."""
+    holder = await psycopg.AsyncConnection.connect(POSTGRES_URL)
+    await holder.execute(
+        sql.SQL(
+            "SELECT 1 FROM {} WHERE prefix = 'cron' AND job = %s AND slot = %s FOR UPDATE"
+        ).format(sql.Identifier(schema, TABLE)),
+        (job, slot),
+    )
+    return holder
+
+
+@pytest.mark.parametrize("call", ["renew", "finish", "release"])
+async def test_a_lease_holders_write_gives_up_on_a_held_run_lock_after_the_lock_timeout(
+    waiting: tuple[PostgresStore, str], schema: str, call: str
+) -> None:
+    """renew, finish and release bound their wait for the run's row lock as claims do: through
+    the connection's lock timeout, or (through PgBouncer) one set inside their own statement."""
+    store, _ = waiting
+    slot = await store.now_ms() - 10_000
+    won = request("locked", slot)
+    assert (await store.claim(won)).won
+
+    async def write() -> bool:
+        if call == "renew":
+            return await store.renew("locked", slot, won.token, 60_000)
+        if call == "finish":
+            return await store.finish("locked", slot, won.token, RunStatus.SUCCEEDED)
+        return await store.release("locked", slot, won.token)
+
+    holder = await lock_run(schema, "locked", slot)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            await asyncio.wait_for(write(), 5)
+        waited = time.monotonic() - started
+    finally:
+        await holder.close()
+    assert LOCK_TIMEOUT_MS / 1000 * 0.9 <= waited < 5, waited
+    run = raw(schema, "locked", slot)
+    assert run is not None and run.status is RunStatus.RUNNING  # nothing was written
+    assert await write()  # unlocked, the same write goes through: it was the lock it waited for
+
+
 # -- PgBouncer's own settings, and what other clients leave behind ------------------------------
 @pytest.fixture
 def private_pgbouncer(pgbouncer: PgBouncer) -> Iterator[Callable[..., PgBouncer]]:

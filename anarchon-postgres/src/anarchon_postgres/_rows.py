@@ -59,8 +59,18 @@ class Statements:
         )
 
     @classmethod
-    def build(cls, names: Names) -> Statements:
+    def build(cls, names: Names, lock_timeout: str = "0") -> Statements:
+        """The statements of a store on `names`; `lock_timeout` is the store's, as PostgreSQL
+        shows the setting ("0": none)."""
         runs = names.runs
+        # The lease holder's writes wait for the run's row lock at most the lock timeout, also
+        # on a connection that lacks the store's settings (through PgBouncer): the statement sets
+        # it for its own transaction first (a subquery without columns of the row is evaluated
+        # once, before the scan, so before any row lock is waited for).
+        held = _HELD
+        if lock_timeout != "0":
+            held += " AND (SELECT set_config('lock_timeout', {}, true)) IS NOT NULL"
+        bounded = (sql.Literal(lock_timeout),) if lock_timeout != "0" else ()
         return cls(
             # One packed text in, one packed text out (see `_function`).
             claim=sql.SQL("SELECT {}(%b)").format(names.claim),  # %b: typed text, no cast
@@ -89,14 +99,14 @@ class Statements:
             claim_many=sql.SQL(
                 "SELECT r.n, {}(r.request) FROM unnest(%s::text[]) WITH ORDINALITY AS r(request, n)"
             ).format(names.claim),
-            renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + _HELD).format(
-                runs
+            renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + held).format(
+                runs, *bounded
             ),
             finish=sql.SQL(
-                "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + _HELD
-            ).format(runs),
-            release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + _HELD).format(
-                runs
+                "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + held
+            ).format(runs, *bounded),
+            release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + held).format(
+                runs, *bounded
             ),
             history=sql.SQL(
                 "SELECT " + RUN_COLUMNS + " FROM {} WHERE prefix = %s AND job = %s "

@@ -74,7 +74,8 @@ class PostgresStore(LeaseStore):
         self.where = shown_url(url)
         self._conninfo, secrets = libpq_conninfo(url, options)
         self._secrets = (*secrets, url.password or "")
-        self._sql = Statements.build(self.names)
+        self._lock_timeout = lock_timeout_setting(options.statement_timeout_ms)
+        self._sql = Statements.build(self.names, self._lock_timeout)
         self._encoding = "utf-8"
         """The connections' client encoding (as Python names it), for requests sent inline."""
         self._pool: AsyncConnectionPool[Conn] | None = None
@@ -82,7 +83,6 @@ class PostgresStore(LeaseStore):
         self.answers_where = f"table {self.names.shown(self.names.table)} at {self.where}"
         """How an error about a claim function's answer names it."""
         # The fields of every packed claim request that do not depend on the request.
-        self._lock_timeout = lock_timeout_setting(options.statement_timeout_ms)
         self._history_and_timeout = f"{options.history_limit} {self._lock_timeout}"
 
     @classmethod
