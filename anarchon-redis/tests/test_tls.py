@@ -5,6 +5,9 @@ certificate that is refused, which name the server and what to set, never the pa
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,29 @@ async def test_mutual_tls_without_a_client_certificate_says_what_to_give(
     message = str(refused.value)
     assert f"127.0.0.1:{mtls_server.port}" in message and "default:***@" in message
     assert "tls_cert_file" in message and PASSWORD not in message
+
+
+async def test_a_tls_connection_closed_without_a_tls_error_still_names_the_client_options() -> None:
+    """A server that verifies client certificates may refuse a missing one by resetting the
+    connection, with no TLS alert the client sees (it depends on when the reset arrives): the
+    error still names the options to give, never the password."""
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # linger 0: the close is a reset
+
+    server = await asyncio.start_server(reset, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(StoreUnavailable) as refused:
+            await anarchon.connect(f"rediss://default:{PASSWORD}@127.0.0.1:{port}/0?timeout_ms=2s")
+    finally:
+        server.close()
+        await server.wait_closed()
+    message = str(refused.value)
+    assert "tls_cert_file and tls_key_file" in message and PASSWORD not in message
+    assert f"127.0.0.1:{port}" in message
 
 
 @pytest.fixture(scope="module")
