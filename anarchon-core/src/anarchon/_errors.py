@@ -51,7 +51,7 @@ _CHAIN_LIMIT = 16
 
 
 def tls_error(
-    exc: BaseException, where: str, *, ca_option: str, cert_options: str
+    exc: BaseException, where: str, *, ca_option: str, cert_options: str, tls: bool = False
 ) -> ConfigError | StoreUnavailable | None:
     """For backends whose driver does TLS in Python: the error for a failed TLS handshake found
     anywhere in `exc`'s chain (drivers wrap it in their own errors), or None if there is none.
@@ -61,13 +61,26 @@ def tls_error(
     certificate) is `StoreUnavailable`. `where` names the server without its password (``Redis at
     rediss://app:***@host:6380/0``); `ca_option` and `cert_options` are the store's options that
     fix it (``tls_ca_file``; ``tls_cert_file and tls_key_file``).
+
+    With `tls` (the connection uses TLS), a connection the server reset is a TLS failure too: a
+    server that verifies client certificates may refuse a missing one that way, before or after
+    the handshake (TLS 1.3 sends its alert once the client's side is done), and whether the
+    client sees the alert or the reset depends on timing.
     """
     seen: BaseException | None = exc
+    reset: ConnectionResetError | None = None
     for _ in range(_CHAIN_LIMIT):
         if seen is None or isinstance(seen, ssl.SSLError):
             break
+        if isinstance(seen, ConnectionResetError):
+            reset = seen
         seen = seen.__cause__ or seen.__context__
     if not isinstance(seen, ssl.SSLError):
+        if tls and reset is not None:
+            return StoreUnavailable(
+                f"{where}: the server reset the TLS connection ({reset}): is it running, and if "
+                f"it verifies client certificates, are {cert_options} given?"
+            )
         return None
     if isinstance(seen, ssl.SSLCertVerificationError):
         return ConfigError(

@@ -105,13 +105,15 @@ class ConnectErrors:
         return self.last or scrub(f"{type(final).__name__}: {final}", self.hidden), False
 
 
-def refused_tls(exc: BaseException, where: str) -> AnarchonError | None:
-    """The error for a TLS handshake that failed while connecting, or None if `exc` is not one."""
+def refused_tls(exc: BaseException, where: str, *, tls: bool) -> AnarchonError | None:
+    """The error for a TLS handshake that failed while connecting (on a `tls` connection, a
+    reset too), or None if `exc` is not one."""
     return tls_error(
         exc,
         f"NATS at {where}",
         ca_option="tls_ca_file",
         cert_options="tls_cert_file and tls_key_file",
+        tls=tls,
     )
 
 

@@ -172,7 +172,7 @@ class NATSStore(ClaimStore):
             # handling of failed connections) fails with the errors reported so far.
             nc = await asyncio.wait_for(self._connect(), OPEN_STEPS * self._timeout + 1)
         except DRIVER_ERRORS as exc:
-            tls = refused_tls(exc, self.where)
+            tls = refused_tls(exc, self.where, tls=self.url.scheme == "tls")
             if tls is not None:
                 raise tls from None
             reason, refused = self._errors.reason(exc)

@@ -72,6 +72,7 @@ class Link:
 
     def __init__(self, url: StoreURL, options: RabbitMQOptions) -> None:
         self._url = driver_url(url, options)
+        self._tls = url.scheme == "amqps"
         self.shown = str(url).split("?", 1)[0]
         self._secrets = tuple(s for s in (url.password,) if s)
         self._options = options
@@ -119,6 +120,7 @@ class Link:
             f"RabbitMQ at {self.shown}",
             ca_option="cafile",
             cert_options="certfile and keyfile",
+            tls=self._tls,
         )
         return tls or self.unavailable("cannot connect", exc)
 

@@ -78,22 +78,14 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
                 f"Redis at {url}",
                 ca_option="tls_ca_file",
                 cert_options="tls_cert_file and tls_key_file (tls-auth-clients yes)",
+                tls=url.scheme == "rediss",
             )
             if isinstance(tls, ConfigError):
                 raise tls from None
             if attempt == OPEN_TRIES - 1:
-                # A server that verifies client certificates may refuse one that is missing by
-                # closing the connection, before or after the handshake (TLS 1.3): then no TLS
-                # error says so, and the message still names the options.
-                hint = (
-                    " Over TLS, a server that verifies client certificates may close the "
-                    "connection without saying why: are tls_cert_file and tls_key_file given?"
-                    if url.scheme == "rediss"
-                    else ""
-                )
                 raise tls or StoreUnavailable(
                     f"Redis at {url} did not answer after {OPEN_TRIES} tries ({exc}): is the server "
-                    f"running and the URL right (redis://host:6379/0, rediss:// for TLS)?{hint}"
+                    "running and the URL right (redis://host:6379/0, rediss:// for TLS)?"
                 ) from None
             await asyncio.sleep(0.2)
         except rex.AuthenticationError as exc:
