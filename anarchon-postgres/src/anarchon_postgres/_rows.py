@@ -64,13 +64,17 @@ class Statements:
         shows the setting ("0": none)."""
         runs = names.runs
         # The lease holder's writes wait for the run's row lock at most the lock timeout, also
-        # on a connection that lacks the store's settings (through PgBouncer): the statement sets
-        # it for its own transaction first (a subquery without columns of the row is evaluated
-        # once, before the scan, so before any row lock is waited for).
+        # on a connection that lacks the store's settings (through PgBouncer): as the claim
+        # functions do, the statement sets it for its own transaction when the connection does
+        # not have it (a subquery without columns of the row is evaluated once, before the scan,
+        # so before any row lock is waited for; OR stops at the first true).
         held = _HELD
         if lock_timeout != "0":
-            held += " AND (SELECT set_config('lock_timeout', {}, true)) IS NOT NULL"
-        bounded = (sql.Literal(lock_timeout),) if lock_timeout != "0" else ()
+            held += (
+                " AND (SELECT current_setting('lock_timeout') = {timeout}"
+                " OR set_config('lock_timeout', {timeout}, true) IS NOT NULL)"
+            )
+        timeout = sql.Literal(lock_timeout)
         return cls(
             # One packed text in, one packed text out (see `_function`).
             claim=sql.SQL("SELECT {}(%b)").format(names.claim),  # %b: typed text, no cast
@@ -100,13 +104,13 @@ class Statements:
                 "SELECT r.n, {}(r.request) FROM unnest(%s::text[]) WITH ORDINALITY AS r(request, n)"
             ).format(names.claim),
             renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + held).format(
-                runs, *bounded
+                runs, timeout=timeout
             ),
             finish=sql.SQL(
                 "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + held
-            ).format(runs, *bounded),
+            ).format(runs, timeout=timeout),
             release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + held).format(
-                runs, *bounded
+                runs, timeout=timeout
             ),
             history=sql.SQL(
                 "SELECT " + RUN_COLUMNS + " FROM {} WHERE prefix = %s AND job = %s "

@@ -256,8 +256,7 @@ class PostgresStore(LeaseStore):
         a parameter if the literal would end before the closing quote (the request holds the
         quote, or ends with its start, ``$q``) or the connection's encoding cannot carry it."""
         head = self._sql.claim_inline
-        closed = (packed + INLINE_QUOTE).find(INLINE_QUOTE) == len(packed)
-        if isinstance(head, bytes) and closed:
+        if isinstance(head, bytes) and INLINE_QUOTE not in packed and not packed.endswith("$q"):
             try:
                 return head + packed.encode(self._encoding) + _INLINE_CLOSE, None
             except UnicodeEncodeError:
