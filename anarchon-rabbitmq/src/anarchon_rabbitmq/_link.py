@@ -20,7 +20,7 @@ from anarchon._errors import tls_error
 from ._options import RabbitMQOptions
 from ._queues import WARM_UP, probe_name
 
-__all__ = ["DECLARE_BATCH", "DECLARE_TRIES", "Link", "broken", "driver_url"]
+__all__ = ["DECLARE_BATCH", "DECLARE_TRIES", "Link", "broken", "driver_url", "ignore_result"]
 
 log = logging.getLogger("anarchon.rabbitmq")
 
@@ -269,7 +269,7 @@ class Link:
         finally:
             for warm_up in warm_ups:  # left behind by a failure: nobody waits for them
                 warm_up.cancel()
-                warm_up.add_done_callback(_consumed)
+                warm_up.add_done_callback(ignore_result)
 
     async def _warms_up(self, channel: AbstractChannel, arguments: dict[str, Any]) -> bool:
         """Whether this broker drops a `WARM_UP` message in the step that stores it, checked
@@ -325,7 +325,9 @@ class Link:
             await _quietly_close(connection)
 
 
-def _consumed(future: asyncio.Future[object]) -> None:
+def ignore_result(future: asyncio.Future[object]) -> None:
+    """A done callback for a future nobody awaits: retrieves its exception, so that asyncio
+    does not log it as never retrieved."""
     if not future.cancelled():
         future.exception()
 

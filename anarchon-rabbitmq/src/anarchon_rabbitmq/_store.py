@@ -30,7 +30,7 @@ from anarchon import (
     StoreURL,
 )
 
-from ._link import Link, broken
+from ._link import Link, broken, ignore_result
 from ._options import RabbitMQOptions
 from ._queues import (
     claim_body,
@@ -248,7 +248,7 @@ class RabbitMQStore(ClaimStore):
         # would hang until the confirm timeout and turn a claim the broker never saw into
         # `unknown`: a missed run, although the store could have resent it at once.
         closing = channel.closing
-        closing.add_done_callback(_ignore_result)
+        closing.add_done_callback(ignore_result)
         try:
             await asyncio.wait(
                 {publishing, closing},
@@ -262,7 +262,7 @@ class RabbitMQStore(ClaimStore):
             closing.cancel()  # only this observer: the channel stays as it is
         if publishing.done():
             return await self._decide(publishing, queue, request)
-        publishing.add_done_callback(_ignore_result)
+        publishing.add_done_callback(ignore_result)
         if channel.is_closed:
             # Closed under the claim, its confirm not in: the publish may or may not have left.
             # Judged by why the channel closed (a refused declaration is the broker's answer).
@@ -374,8 +374,3 @@ def _close_reason(channel: AbstractChannel) -> BaseException | None:
     if not closed.done() or closed.cancelled():
         return None
     return closed.exception()
-
-
-def _ignore_result(future: asyncio.Future[object]) -> None:
-    if not future.cancelled():
-        future.exception()
