@@ -8,14 +8,12 @@ outcome, and leave the same runs and floors behind.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import psycopg
 import pytest
+from core_helpers import finish, go, wait_ready, worker_processes
 from psycopg import sql
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
@@ -180,19 +178,6 @@ async def test_a_batch_lost_to_another_batch_takes_no_lock_and_matches() -> None
         testing.drop(POSTGRES_URL, h.schema)
 
 
-def _start(n: int, url: str, slot: int, jobs: int) -> list[subprocess.Popen[str]]:
-    return [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), url, str(slot), str(jobs)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
-
-
 @pytest.mark.processes
 async def test_C1_four_processes_claim_many_the_same_2000_jobs(schema: str) -> None:
     url = url_with(schema)
@@ -200,26 +185,10 @@ async def test_C1_four_processes_claim_many_the_same_2000_jobs(schema: str) -> N
     await store.open()
     slot = await store.now_ms()
     await store.close()
-    procs = _start(4, url, slot, 2000)
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            line = await asyncio.to_thread(proc.stdout.readline)
-            assert line.strip() == "ready", proc.communicate()[1]
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            out, err = await asyncio.to_thread(proc.communicate, None, 240)
-            assert proc.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    with worker_processes(WORKER, 4, url, slot, 2000) as procs:
+        await asyncio.to_thread(wait_ready, procs)
+        go(procs)
+        results = await asyncio.to_thread(lambda: [finish(p) for p in procs])
     winners: dict[str, list[str]] = defaultdict(list)
     for result in results:
         for job, token in result["won"]:
