@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+
+import pytest
 
 from anarchon import ConfigError, StoreUnavailable
 from anarchon._errors import tls_error
@@ -35,22 +38,27 @@ def test_another_tls_failure_is_unavailable_naming_the_client_certificate() -> N
     assert isinstance(error, StoreUnavailable) and "tls_cert_file and tls_key_file" in str(error)
 
 
-def test_a_reset_tls_connection_is_unavailable_naming_the_client_certificate() -> None:
-    """A server may refuse a missing client certificate by resetting the connection: on a TLS
-    connection that names the options too; on a plain one a reset is no TLS failure."""
+@pytest.mark.parametrize(
+    "closed",
+    [ConnectionResetError(104, "Connection reset by peer"), asyncio.IncompleteReadError(b"", 1)],
+)
+def test_a_closed_tls_connection_is_unavailable_naming_the_client_certificate(
+    closed: BaseException,
+) -> None:
+    """A server may refuse a missing client certificate by resetting or closing the connection
+    (redis-py sees the reset, aiormq the end of file): on a TLS connection that names the
+    options too; on a plain one it is no TLS failure."""
     try:
         try:
-            raise ConnectionResetError(104, "Connection reset by peer")
-        except ConnectionResetError as exc:
-            raise ConnectionError("Error 104 connecting to 127.0.0.1:6380") from exc
+            raise closed
+        except (ConnectionResetError, EOFError) as exc:
+            raise ConnectionError("Error connecting to 127.0.0.1:6380") from exc
     except ConnectionError as outer:
-        reset = outer
-    error = tls_error(reset, "X", **OPTIONS, tls=True)
+        error = tls_error(outer, "X", **OPTIONS, tls=True)
+        assert tls_error(outer, "X", **OPTIONS) is None
     assert isinstance(error, StoreUnavailable)
-    assert "reset the TLS connection" in str(error) and "tls_cert_file and tls_key_file" in str(
-        error
-    )
-    assert tls_error(reset, "X", **OPTIONS) is None
+    assert "closed the TLS connection" in str(error)
+    assert "tls_cert_file and tls_key_file" in str(error)
 
 
 def test_no_tls_failure_is_none_even_in_a_looping_chain() -> None:

@@ -72,7 +72,8 @@ async def test_mutual_tls_presents_the_client_certificate(
         without = anarchon_tls_certs.store_options(ca="cafile")
         with pytest.raises(StoreUnavailable) as refused:
             await anarchon.connect(amqps_url(front), prefix=prefix, **without)
-        assert f"127.0.0.1:{front.port}" in str(refused.value)
+        message = str(refused.value)
+        assert f"127.0.0.1:{front.port}" in message and "certfile and keyfile" in message, message
 
 
 async def test_a_broker_certificate_from_another_ca_is_a_clear_error(

@@ -62,24 +62,24 @@ def tls_error(
     rediss://app:***@host:6380/0``); `ca_option` and `cert_options` are the store's options that
     fix it (``tls_ca_file``; ``tls_cert_file and tls_key_file``).
 
-    With `tls` (the connection uses TLS), a connection the server reset is a TLS failure too: a
-    server that verifies client certificates may refuse a missing one that way, before or after
-    the handshake (TLS 1.3 sends its alert once the client's side is done), and whether the
-    client sees the alert or the reset depends on timing.
+    With `tls` (the connection uses TLS), a connection the server reset or closed (end of file)
+    is a TLS failure too: a server that verifies client certificates may refuse a missing one
+    that way, before or after the handshake (TLS 1.3 sends its alert once the client's side is
+    done), and whether the client sees the alert depends on timing and on the driver.
     """
     seen: BaseException | None = exc
-    reset: ConnectionResetError | None = None
+    closed: BaseException | None = None
     for _ in range(_CHAIN_LIMIT):
         if seen is None or isinstance(seen, ssl.SSLError):
             break
-        if isinstance(seen, ConnectionResetError):
-            reset = seen
+        if isinstance(seen, (ConnectionResetError, EOFError)):  # asyncio.IncompleteReadError
+            closed = seen
         seen = seen.__cause__ or seen.__context__
     if not isinstance(seen, ssl.SSLError):
-        if tls and reset is not None:
+        if tls and closed is not None:
             return StoreUnavailable(
-                f"{where}: the server reset the TLS connection ({reset}): is it running, and if "
-                f"it verifies client certificates, are {cert_options} given?"
+                f"{where}: the server closed the TLS connection ({closed!r}): is it running, "
+                f"and if it verifies client certificates, are {cert_options} given?"
             )
         return None
     if isinstance(seen, ssl.SSLCertVerificationError):
