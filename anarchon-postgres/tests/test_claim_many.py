@@ -18,7 +18,7 @@ from psycopg import sql
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
 from anarchon_postgres import PostgresStore, testing
-from anarchon_postgres._batch import pack_slot_batch
+from anarchon_postgres._batch import pack_slot_batch, read_slot_answers
 
 from .conftest import POSTGRES_URL, T0, Harness, new_schema, require_server, url_with
 
@@ -232,3 +232,63 @@ async def test_jobs_never_claimed_get_their_rows_outside_the_batch(pg_store: Pos
     assert testing.floor(POSTGRES_URL, schema, "anarchon_runs", "cron", "new-a") is None
     run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "new-a", now)
     assert run is not None and run.token == batch[2].token
+
+
+async def test_a_run_inserted_between_the_read_and_the_lock_is_not_won_twice(
+    pg_store: PostgresStore,
+) -> None:
+    """The batch function inserts its new runs without checking each one first. A claim that
+    inserted one after the function's read, while the function waited for that job's lock, makes
+    the INSERT collide; the function then inserts again with the check: that request is lost, the
+    others won. Called on a plain connection, so no resend by the store can hide a failure."""
+    schema = pg_store.options.schema
+    now = await pg_store.now_ms()
+    jobs = ["a", "b", "c"]
+    first = [req(j, now - 1_000, overlap=Overlap.ALLOW) for j in jobs]
+    assert all(c.won for c in await pg_store.claim_many(first))  # the jobs' rows exist
+    batch = [req(j, now, overlap=Overlap.ALLOW) for j in jobs]
+    other = req("b", now, instance="other")
+    params = pack_slot_batch(
+        batch, prefix="cron", slot=now, margin_ms=60_000, tail=(1000, "30s", None)
+    )
+    connect = psycopg.AsyncConnection.connect
+    async with (
+        await connect(POSTGRES_URL) as blocker,
+        await connect(POSTGRES_URL, autocommit=True) as batcher,
+        await connect(POSTGRES_URL, autocommit=True) as watch,
+    ):
+        await blocker.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE prefix = 'cron' AND job = 'b' FOR UPDATE").format(
+                sql.Identifier(schema, "anarchon_runs_jobs")
+            )
+        )
+        claiming = asyncio.ensure_future(batcher.execute(pg_store._sql.claim_slot, params))
+        waiting = False
+        for _ in range(500):  # until the batch has read (no run of b) and waits for b's lock
+            cur = await watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = %s",
+                (batcher.info.backend_pid,),
+            )
+            waiting = (await cur.fetchone()) == (1,)
+            if waiting or claiming.done():
+                break
+            await asyncio.sleep(0.01)
+        assert waiting, "the batch never waited for the lock of job b"
+        await blocker.execute(
+            sql.SQL(
+                "INSERT INTO {} (prefix, job, slot, status, attempt, token, holder, claimed_at,"
+                " lease_until, keep_until) VALUES ('cron', 'b', %s, 'running', 1, %s, %s, %s,"
+                " %s, %s)"
+            ).format(sql.Identifier(schema, "anarchon_runs")),
+            (now, other.token, other.instance, now, now + LEASE, now + LEASE),
+        )
+        await blocker.commit()
+        rows = await (await asyncio.wait_for(claiming, 10)).fetchall()
+    claims = read_slot_answers(rows, batch, "test")
+    assert [c.outcome for c in claims] == [Outcome.WON, Outcome.RUNNING, Outcome.WON]
+    assert (claims[1].token, claims[1].holder) == (other.token, "other")
+    for request in (batch[0], batch[2]):
+        run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", request.job, now)
+        assert run is not None and run.token == request.token
+    run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "b", now)
+    assert run is not None and run.token == other.token

@@ -10,7 +10,9 @@
    single claim locks one row. A job never claimed before has no row to lock: the function then
    claims nothing for the pending requests and names those jobs; the store inserts their rows in
    a statement of their own (in the same order) and sends the batch again.
-3. **One INSERT** of every claimable run (lateness, floor, overlap).
+3. **One INSERT** of every claimable run the read found absent (lateness, floor, overlap), with
+   no probe for the run: should another claim have written it between the read and the lock,
+   the unique index refuses it and the INSERT is made again with the probe.
 4. If a pending request did not win there, its run is read once more (another claim wrote it
    between the read and the lock); what still needs a decision (an expired lease, a late slot or
    an overlap under the lock) goes to the claim function, on the lock already held, so no rule
@@ -77,6 +79,7 @@ DECLARE
     v_job text[];
     v_token text[];
     v_policy integer[];
+    v_absent boolean[];   -- whether the read found no run of theirs
     v_floor bigint[];     -- their jobs' floors, read under the lock
     v_new text[];         -- their jobs without a job row yet
     v_answered integer[]; -- the requests answered by the read, and their answers
@@ -113,11 +116,12 @@ BEGIN
            array_agg(d.job) FILTER (WHERE d.answer IS NULL),
            array_agg(d.token) FILTER (WHERE d.answer IS NULL),
            array_agg(d.policy) FILTER (WHERE d.answer IS NULL),
+           array_agg(d.absent) FILTER (WHERE d.answer IS NULL),
            array_agg(d.n) FILTER (WHERE d.answer IS NOT NULL),
            array_agg(d.answer) FILTER (WHERE d.answer IS NOT NULL)
-      INTO v_n, v_job, v_token, v_policy, v_answered, v_answer
+      INTO v_n, v_job, v_token, v_policy, v_absent, v_answered, v_answer
       FROM (
-        SELECT q.n, q.job, q.token, q.policy,
+        SELECT q.n, q.job, q.token, q.policy, r.slot IS NULL AS absent,
                CASE WHEN r.slot IS NOT NULL THEN
                         CASE WHEN r.status <> 'running' OR r.token = q.token
                                   OR r.lease_until >= v_now THEN {answer_run} END
@@ -180,33 +184,19 @@ BEGIN
     END IF;
     v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
 
-    -- 3. Every claimable slot with no run: one INSERT (L1: floor, lateness, overlap). Under the
-    -- job locks nobody else can insert these runs (every claim inserts a run under its job's
-    -- lock), so this statement's snapshot is the truth: no ON CONFLICT (speculative insertion
-    -- costs an index probe and a WAL record more per row). Were that ever wrong, the unique
-    -- index would refuse the row and the whole batch be rolled back, then resent.
-    WITH ins AS (
-        INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
-                            lease_until, finished_at, error, keep_until)
-        SELECT p_prefix, q.job, p_slot, 'running', 1, q.token, p_holders[q.policy], v_now,
-               v_now + p_lease_ms[q.policy], NULL, NULL, p_keep_until[q.policy]
-          FROM unnest(v_job, v_token, v_policy, v_floor) AS q(job, token, policy, job_floor)
-          LEFT JOIN LATERAL (  -- the run exists
-              SELECT true AS found FROM {runs} x
-               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
-               LIMIT 1
-          ) e ON true
-          LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
-              SELECT true AS found FROM {runs} y
-               WHERE p_skip_overlap[q.policy] AND y.prefix = p_prefix AND y.job = q.job
-                 AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
-               LIMIT 1
-          ) o ON true
-         WHERE e.found IS NULL AND o.found IS NULL
-           AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1)
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_inserted FROM ins;
+    -- 3. Every claimable slot the read found no run for: one INSERT (L1: floor, lateness,
+    -- overlap). Under the job locks nobody else can insert these runs (every claim inserts a run
+    -- under its job's lock), so only a claim that inserted one between the read and the lock can
+    -- collide: the unique index then refuses it, and the INSERT is made again, checking each run
+    -- first. Checking always would cost an index probe per request, and ON CONFLICT a probe and a
+    -- WAL record more per row, for a race that is rare.
+    BEGIN
+        {insert_unchecked}
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+    EXCEPTION WHEN unique_violation THEN
+        {insert_checked}
+        GET DIAGNOSTICS v_inserted = ROW_COUNT;
+    END;
     IF v_inserted = cardinality(v_job) THEN  -- the usual case: every pending one won
         RETURN QUERY SELECT 0, v_now::text || ' ' || array_to_string(v_n, ' ');
     ELSE
@@ -257,6 +247,29 @@ END
 """
 
 
+_INSERT = """INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
+                                lease_until, finished_at, error, keep_until)
+        SELECT p_prefix, q.job, p_slot, 'running', 1, q.token, p_holders[q.policy], v_now,
+               v_now + p_lease_ms[q.policy], NULL, NULL, p_keep_until[q.policy]
+          FROM unnest(v_job, v_token, v_policy, v_floor, v_absent)
+               AS q(job, token, policy, job_floor, absent)
+          {exists}LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
+              SELECT true AS found FROM {runs} y
+               WHERE p_skip_overlap[q.policy] AND y.prefix = p_prefix AND y.job = q.job
+                 AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
+               LIMIT 1
+          ) o ON true
+         WHERE q.absent AND o.found IS NULL{not_exists}
+           AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1);"""
+"""Step 3's INSERT, with or without (after a collision) a check that each run is still absent."""
+
+_EXISTS = """LEFT JOIN LATERAL (  -- the run exists
+              SELECT true AS found FROM {runs} x
+               WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
+               LIMIT 1
+          ) e ON true
+          """
+
 _ANSWERS = {
     "answer_run": run_answer("r.", "q.token"),
     "answer_late": answer("'late'", "0", "NULL", "NULL", "v_now", "NULL", "NULL", "NULL"),
@@ -272,7 +285,17 @@ def create_many_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
     one is created first)."""
     sweep = sweep_job("p_prefix", "v_one", "p_history_limit", 8)
-    body = sql.SQL(_BODY.replace("{sweep_job}", sweep)).format(
+    parts = {
+        "{insert_unchecked}": _INSERT.format(runs="{runs}", exists="", not_exists=""),
+        "{insert_checked}": _INSERT.format(
+            runs="{runs}", exists=_EXISTS, not_exists=" AND e.found IS NULL"
+        ),
+        "{sweep_job}": sweep,
+    }
+    text = _BODY
+    for placeholder, code in parts.items():
+        text = text.replace(placeholder, code)
+    body = sql.SQL(text).format(
         runs=names.runs,
         jobs=names.jobs,
         claim=names.claim,

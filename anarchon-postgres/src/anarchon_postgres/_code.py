@@ -44,7 +44,7 @@ __all__ = [
 
 log = logging.getLogger("anarchon.postgres")
 
-FUNCTIONS_VERSION = 1
+FUNCTIONS_VERSION = 2
 """The version of this release's function bodies. Bump it whenever a body changes (a test
 compares the bodies with the digest recorded for each version)."""
 
