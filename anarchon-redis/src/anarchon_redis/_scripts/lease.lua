@@ -48,10 +48,15 @@ local function decode(raw, field)
     finished = finished, token = token, holder = string.sub(rest, 1, size), tail = tail}
 end
 
+-- A run's string from its fields (a new run's, without a table: the path of every win).
+local function run_text(status, attempt, claimed, lease, keep, finished, token, holder, tail)
+  return status .. ' ' .. attempt .. ' ' .. claimed .. ' ' .. lease .. ' ' .. keep .. ' '
+    .. finished .. ' ' .. token .. ' ' .. #holder .. ' ' .. holder .. tail
+end
+
 local function encode(run)
-  return run.status .. ' ' .. run.attempt .. ' ' .. run.claimed .. ' ' .. run.lease .. ' '
-    .. run.keep .. ' ' .. run.finished .. ' ' .. run.token .. ' ' .. #run.holder .. ' '
-    .. run.holder .. run.tail
+  return run_text(run.status, run.attempt, run.claimed, run.lease, run.keep, run.finished,
+    run.token, run.holder, run.tail)
 end
 
 local function index(field, run)
@@ -67,9 +72,9 @@ local function save(field, run)
   index(field, run)
 end
 
-local function event(field, what, run, history_limit)
+local function event(field, what, attempt, token, holder, history_limit)
   redis.call('XADD', events, 'MAXLEN', '~', history_limit, '*', 'event', what, 'slot', field,
-    'attempt', run.attempt, 'token', run.token, 'holder', run.holder)
+    'attempt', attempt, 'token', token, 'holder', holder)
 end
 
 local function other_live(field)
@@ -143,15 +148,14 @@ local function claim(first, request, limit)
     else
       corrupt('n', 'not a count of runs')
     end
-    local run = {status = 'running', attempt = '1', claimed = now_s,
-      lease = string.format('%d', now + tonumber(lease_ms)), keep = keep, finished = '-',
-      token = token, holder = instance, tail = ''}
+    local lease = string.format('%d', now + tonumber(lease_ms))
     n = n + redis.call('ZADD', slots, field, field)
-    redis.call('HSET', runs, field, encode(run), 'n', n)
-    index(field, run)
-    event(field, 'won', run, limit)
+    redis.call('HSET', runs, field,
+      run_text('running', '1', now_s, lease, keep, '-', token, instance, ''), 'n', n)
+    redis.call('ZADD', leases, lease, field)
+    event(field, 'won', '1', token, instance, limit)
     if n > limit then sweep(math.min(n - limit, SWEEP_MAX), floor) end
-    return 'won 1 ' .. run.lease .. ' running ' .. now_s .. ' ' .. (floor or '-')
+    return 'won 1 ' .. lease .. ' running ' .. now_s .. ' ' .. (floor or '-')
   end
   local run = decode(raw, field)
   local mine = run.token == token and run.holder == instance
@@ -163,13 +167,13 @@ local function claim(first, request, limit)
     run.attempt, run.token, run.holder = tostring(attempt + 1), token, instance
     run.claimed, run.lease = now_s, string.format('%d', now + tonumber(lease_ms))
     save(field, run)
-    event(field, 'won', run, limit)
+    event(field, 'won', run.attempt, run.token, run.holder, limit)
     return answer('won', run, floor, true)
   end
   run.status, run.finished = 'interrupted', now_s -- L5
   run.tail = '|lease of attempt ' .. run.attempt .. ' ran out with no attempts left'
   save(field, run)
-  event(field, 'interrupted', run, limit)
+  event(field, 'interrupted', run.attempt, run.token, run.holder, limit)
   return answer('interrupted', run, floor, false)
 end
 
@@ -186,7 +190,7 @@ local function update()
   else
     run.status, run.finished = ARGV[4], now_s
     if ARGV[5] == '1' then run.tail = '|' .. ARGV[6] end
-    event(field, ARGV[4], run, ARGV[7])
+    event(field, ARGV[4], run.attempt, run.token, run.holder, ARGV[7])
   end
   save(field, run)
   return 1
