@@ -187,9 +187,10 @@ BEGIN
     -- 3. Every claimable slot the read found no run for: one INSERT (L1: floor, lateness,
     -- overlap). Under the job locks nobody else can insert these runs (every claim inserts a run
     -- under its job's lock), so only a claim that inserted one between the read and the lock can
-    -- collide: the unique index then refuses it, and the INSERT is made again, checking each run
-    -- first. Checking always would cost an index probe per request, and ON CONFLICT a probe and a
-    -- WAL record more per row, for a race that is rare.
+    -- collide (as for every batch that read before the winning batch of the same jobs committed):
+    -- the unique index then refuses it, and the INSERT is made again, checking each run first.
+    -- Checking always would cost every win an index probe per request, and ON CONFLICT a probe
+    -- and a WAL record more per row.
     BEGIN
         {insert_unchecked}
         GET DIAGNOSTICS v_inserted = ROW_COUNT;
