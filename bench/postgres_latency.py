@@ -58,6 +58,7 @@ from psycopg import sql
 
 from anarchon import ClaimRequest, Outcome, Overlap, RunStatus
 from anarchon_postgres import PostgresStore, testing
+from anarchon_postgres._rows import INLINE_QUOTE
 
 URL = os.environ.get("ANARCHON_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -175,7 +176,7 @@ class Bench:
                     shed_won,
                     shed_lost,
                     # The request inline and dollar-quoted, as the store sends a claim.
-                    sql.SQL("SELECT {}($q$").format(call_floor),
+                    sql.SQL("SELECT {}(" + INLINE_QUOTE).format(call_floor),
                 )
             )
         self.now = await self.store.now_ms()
@@ -257,7 +258,7 @@ class Bench:
             claim = await store.check(held)
             assert claim.outcome is Outcome.RUNNING, claim
 
-        call = self.call_floor + self.store._packed(held).encode() + b"$q$::text)"
+        call = self.call_floor + f"{self.store._packed(held)}{INLINE_QUOTE}::text)".encode()
 
         async def call_floor(_: int) -> None:
             await store._fetchone(call, None)

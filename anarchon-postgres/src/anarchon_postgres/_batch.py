@@ -286,11 +286,10 @@ def create_many_function(names: Names) -> sql.Composed:
     """``CREATE OR REPLACE FUNCTION`` for the batch claim (it calls the claim function, so that
     one is created first)."""
     sweep = sweep_job("p_prefix", "v_one", "p_history_limit", 8)
+    checked = _INSERT.replace("{exists}", _EXISTS).replace("{not_exists}", " AND e.found IS NULL")
     parts = {
-        "{insert_unchecked}": _INSERT.format(runs="{runs}", exists="", not_exists=""),
-        "{insert_checked}": _INSERT.format(
-            runs="{runs}", exists=_EXISTS, not_exists=" AND e.found IS NULL"
-        ),
+        "{insert_unchecked}": _INSERT.replace("{exists}", "").replace("{not_exists}", ""),
+        "{insert_checked}": checked,
         "{sweep_job}": sweep,
     }
     text = _BODY
