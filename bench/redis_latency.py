@@ -18,6 +18,11 @@ Each line gives the median against both pings.
 Strategies: lease, stream-id, script on ``ANARCHON_TEST_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``); idmp on a private Redis 8.6 when ``scripts/redis-servers`` has
 installed it. Run: ``.venv/bin/python bench/redis_latency.py [N]``. Target: <= 1.3x PING.
+
+``bench/redis_latency.py --parsers [N]`` compares redis-py's two reply parsers instead: two
+stores of each strategy, one reading replies with hiredis (anarchon-redis's default, through
+``redis[hiredis]``) and one with redis-py's pure-Python parser, their lean PING, won and lost
+claims interleaved; it prints each store's medians in µs and as ratios to its own lean PING.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ async def bench(url: str, strategy: str, n: int) -> None:
             if strategy == "lease":
                 call = _wire.invoke(
                     f"$7\r\nEVALSHA\r\n$40\r\n{floor_sha}\r\n",
-                    store.keys_per_job,  # type: ignore[attr-defined]
+                    store.keys_per_job,
                     store._wire_keys(won.job),
                     2,
                     store._option + _wire.bulk(store._ask(won)),  # type: ignore[attr-defined]
@@ -102,15 +107,67 @@ async def bench(url: str, strategy: str, n: int) -> None:
         await store.close()
 
 
-async def main(n: int) -> None:
+async def compare_parsers(url: str, strategy: str, n: int) -> None:
+    """Lean PING, won and lost claims on a hiredis store and a pure-Python one, interleaved."""
+    from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser
+
+    prefix = "bench" + uuid.uuid4().hex[:8]
+    stores: dict[str, RedisStore] = {}
+    for name, parser in (("hiredis", _AsyncHiredisParser), ("python", _AsyncRESP2Parser)):
+        store = RedisStore.create(url, strategy=strategy, prefix=f"{prefix}{name}")
+        await store.open()
+        pool = store.client.connection_pool
+        pool.connection_kwargs["parser_class"] = parser
+        await pool.disconnect()
+        pool.reset()  # type: ignore[no-untyped-call]  # new connections read with `parser`
+        stores[name] = store
+    try:
+        now = await stores["hiredis"].now_ms()
+        lean_ping = _wire.command(["PING"])
+        times: dict[tuple[str, str], list[float]] = {
+            (name, kind): [] for name in stores for kind in ("ping", "won", "lost")
+        }
+        for store in stores.values():
+            await store.claim(ClaimRequest(job="held", slot=now, instance="bench:1:aaaa"))
+        for i in range(n):
+            for name, store in stores.items():
+                pool = store.client.connection_pool
+                won = ClaimRequest(
+                    job=f"won{i % 50}",
+                    slot=now - 1_000 + i // 50,
+                    instance="bench:1:aaaa",
+                    overlap=Overlap.ALLOW,
+                )
+                lost = ClaimRequest(job="held", slot=now, instance="bench:2:bbbb")
+                times[name, "ping"].append(await timed(lambda p=pool: _wire.send(p, [lean_ping])))  # type: ignore[misc]
+                times[name, "won"].append(await timed(lambda s=store, r=won: s.claim(r)))  # type: ignore[misc]
+                times[name, "lost"].append(await timed(lambda s=store, r=lost: s.claim(r)))  # type: ignore[misc]
+        for name in stores:
+            ping, _ = summary(times[name, "ping"])
+            cells = []
+            for kind in ("won", "lost"):
+                median, _ = summary(times[name, kind])
+                cells.append(f"{kind} {median:6.1f} us = {median / ping:4.2f}x")
+            print(f"{strategy:9} {name:8} lean PING {ping:6.1f} us   " + "   ".join(cells))
+    finally:
+        for store in stores.values():
+            await testing.delete_prefix(store.client, store.options.prefix)
+            await store.close()
+
+
+async def main(n: int, parsers: bool) -> None:
+    measure = compare_parsers if parsers else bench
     for strategy in ("lease", "stream-id", "script"):
-        await bench(URL, strategy, n)
+        await measure(URL, strategy, n)
     redis86 = testing.private_server_url("redis86")
     if redis86 is None:
         print("idmp      skipped: " + testing.missing_server_reason("redis86"))
     else:
-        await bench(redis86, "idmp", n)
+        await measure(redis86, "idmp", n)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000))
+    args = sys.argv[1:]
+    compare = "--parsers" in args
+    counts = [a for a in args if a != "--parsers"]
+    asyncio.run(main(int(counts[0]) if counts else 2000, compare))

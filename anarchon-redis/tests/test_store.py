@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -71,6 +75,73 @@ async def test_unreachable_server_is_store_unavailable_without_password() -> Non
     with pytest.raises(StoreUnavailable, match=r"did not answer") as info:
         await anarchon.connect("redis://u:hunter2@127.0.0.1:1/0?timeout_ms=200")
     assert "hunter2" not in str(info.value)
+
+
+@asynccontextmanager
+async def tcp_server(
+    upstream: str | None = None,
+) -> AsyncIterator[tuple[int, list[bool]]]:
+    """A TCP server on a free port: it answers HTTP to anything, or with `upstream` passes bytes
+    to and from that Redis, answering garbage instead of Redis's replies while the flag it
+    yields is set. Yields (port, [garbage flag])."""
+    garbage = [upstream is None]
+    target = urlsplit(upstream) if upstream else None
+
+    async def pipe(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool
+    ) -> None:
+        while data := await reader.read(65536):
+            writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n" if replies and garbage[0] else data)
+            await writer.drain()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if target is None:
+            await pipe(reader, writer, True)
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
+        try:  # requests reach Redis unchanged: only what it answers is replaced
+            await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            up_writer.close()
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], garbage
+    finally:
+        server.close()
+
+
+async def test_a_server_that_is_not_redis_is_named_without_the_password() -> None:
+    async with tcp_server() as (port, _):
+        with pytest.raises(StoreUnavailable, match="not the Redis protocol") as info:
+            await anarchon.connect(f"redis://u:hunter2@127.0.0.1:{port}/0?timeout_ms=500")
+    assert "hunter2" not in str(info.value)
+    assert "rediss://" in str(info.value)  # how to fix it, if the port is a TLS one
+
+
+@pytest.mark.parametrize("strategy", ["lease", "stream-id", "script"])
+async def test_garbage_mid_run_is_store_unavailable_and_loses_nothing(
+    env: Env, strategy: str
+) -> None:
+    async with tcp_server(upstream=env.url) as (port, garbage):
+        url = f"redis://127.0.0.1:{port}/0?timeout_ms=1000"
+        store = await anarchon.connect(url, strategy=strategy, prefix=env.prefix)
+        try:
+            request = env.request("j", await env.slot())
+            garbage[0] = True
+            with pytest.raises(StoreUnavailable, match="not the Redis protocol"):
+                await store.claim(request)
+            garbage[0] = False
+            claim = await store.claim(request)  # Redis decided it: the resend is recognised (C2)
+            assert claim.won, claim
+            other = await store.claim(env.request("j", request.slot, instance="test:2:bbbb"))
+            assert not other.won, other
+        finally:
+            await store.close()
 
 
 async def test_store_must_be_open(env: Env) -> None:

@@ -65,6 +65,21 @@ async def test_stream_id_refusal_decides_won_lost_late(env: Env) -> None:
     assert skipped.outcome is Outcome.LATE and "newer slot" in skipped.reason
 
 
+async def test_stream_id_reads_an_entry_back_whatever_its_field_order(env: Env) -> None:
+    """The read-back takes an entry as the store writes it without building its dict; an entry
+    with the same fields in another order (another client's XADD) is read field by field."""
+    store = await env.store("stream-id")
+    keys = JobKeys(env.prefix, "job")
+    slot = await env.slot()
+    mine = env.request("job", slot)
+    fields = {"holder": "other:9:zzzz", "token": mine.token, "slot": str(slot)}
+    await env.raw.xadd(keys.claims, fields, id=f"{slot}-0")
+    claim = await store.claim(mine)
+    assert claim.won and claim.holder == "other:9:zzzz", claim
+    other = await store.claim(env.request("job", slot, instance="test:2:bbbb"))
+    assert other.outcome is Outcome.LOST and other.token == mine.token, other
+
+
 async def test_stream_id_trims_to_maxlen_and_trimmed_is_late(env: Env) -> None:
     store = await env.store("stream-id", maxlen=2)
     slot = await env.slot()

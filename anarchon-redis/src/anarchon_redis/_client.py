@@ -90,6 +90,16 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
             await asyncio.sleep(0.2)
         except rex.AuthenticationError as exc:
             raise StoreUnavailable(f"Redis at {url} refused the credentials: {exc}") from None
+        except rex.InvalidResponse as exc:
+            raise not_redis(url, exc) from None
+
+
+def not_redis(url: StoreURL, exc: Exception) -> StoreUnavailable:
+    """The error for an answer that is not in Redis's protocol (RESP)."""
+    return StoreUnavailable(
+        f"Redis at {url} answered something that is not the Redis protocol ({exc}): is this "
+        "port a Redis server's (redis://host:6379/0), and is it TLS (then rediss://)?"
+    )
 
 
 def _script_source(name: str) -> str:
@@ -215,6 +225,8 @@ def translated(url: StoreURL, keys: JobKeys | None = None) -> Iterator[None]:
         raise
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
         raise StoreUnavailable(f"Redis at {url} failed: {exc}") from None
+    except rex.InvalidResponse as exc:
+        raise not_redis(url, exc) from None
     except rex.ResponseError as exc:
         text = str(exc)
         if "ANARCHON-CORRUPT" in text:

@@ -1,12 +1,13 @@
-"""``strategy=stream-id``: ``XADD {prefix:job}:claims <slot>-0``, one command, no script.
+"""``strategy=stream-id``: ``XADD {prefix:job}:claims <slot>-0``, a plain command, no script.
 
 Redis refuses an entry ID at or below the stream's top item. The refusal does not say whose the
-slot is, so it is followed by ``XRANGE <slot>-0 <slot>-0``: my token is `won` (a resent claim, C2),
-another token `lost`, no entry `late` (a newer slot was claimed first, or the entry was
-trimmed). The winner pays one round trip, the others two. (Writing the XRANGE together with the
-XADD makes a loss one round trip, about 1.9x -> 1.25x PING here, but a win about 0.8x -> 1.2x:
-reading the entry back costs the client more than the XADD. Wins come first.) Old slots can
-never be won again, trimmed or not: the stream's top ID is the floor.
+slot is, so the claim reads the slot's entry back with ``XRANGE <slot>-0 <slot>-0``: my token is
+`won` (a resent claim, C2), another token `lost`, no entry `late` (a newer slot was claimed first,
+or the entry was trimmed). The XRANGE is written together with the XADD, so every claim is one
+round trip: a loss, which is what every instance but one gets, costs about what a win costs,
+and a win reads back its own entry, which it does not look at (``docs/backends/redis.md``
+measures both ways). Old slots can never be won again, trimmed or not: the stream's top ID is
+the floor.
 
 `claim_many` is the one place with a script (``_scripts/stream_id.lua``): the same XADD, and the
 same read-back of a refused one, for up to `BATCH` jobs per call, so a batch of many jobs costs
@@ -64,25 +65,33 @@ class StreamIdStore(StreamStore):
             f"$6\r\nholder\r\n{bulk(request.instance)}"
         ).encode()
 
+    def _xrange(self, request: ClaimRequest) -> bytes:
+        """``XRANGE <claims> <slot>-0 <slot>-0``: the slot's entry, whoever added it."""
+        entry_id = bulk(f"{request.slot}-0")
+        return f"*4\r\n$6\r\nXRANGE\r\n{self._wire_keys(request.job)}{entry_id}{entry_id}".encode()
+
     async def claim(self, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
-        pool = self.client.connection_pool
         try:
-            try:
-                await wire.call(pool, self._xadd(request))
-                return decided(True, request.token, request.instance)
-            except rex.ResponseError as exc:
-                if REFUSED not in str(exc):
-                    raise
-            entry_id = f"{request.slot}-0"
-            key = self.keys(request.job).claims
-            entries = await wire.call(pool, wire.command(["XRANGE", key, entry_id, entry_id]))
+            added, entries = await wire.call_many(
+                self.client.connection_pool, self._xadd(request) + self._xrange(request), 2
+            )
         except (rex.RedisError, OSError) as exc:
             await self._refuse(request.job, exc)
+        if not isinstance(added, Exception):
+            return decided(True, request.token, request.instance)
+        if REFUSED not in str(added):
+            await self._refuse(request.job, added)
+        if isinstance(entries, Exception):
+            await self._refuse(request.job, entries)
         if not entries:
             return _late(request)
-        _, _, token, holder = parse_entry(_entry(entries[0]), key)
+        written = _token_holder(entries[0])
+        if written is None:  # not as this store writes it: read it field by field, or name the key
+            _, _, token, holder = parse_entry(_entry(entries[0]), self.keys(request.job).claims)
+        else:
+            token, holder = written
         return decided(token == request.token, token, holder)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
@@ -104,6 +113,20 @@ class StreamIdStore(StreamStore):
         if state == "late":
             return _late(request)
         raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
+
+
+def _token_holder(raw: Any) -> tuple[str, str] | None:
+    """(token, holder) of an entry as ``XADD`` here writes it (fields slot, token, holder, in
+    that order), without building its dict; None for any other shape."""
+    try:
+        _, flat = raw
+        if len(flat) == 6 and flat[2] == "token" and flat[4] == "holder" and flat[0] == "slot":
+            token, holder = flat[3], flat[5]
+            if isinstance(token, str) and isinstance(holder, str):
+                return token, holder
+    except (TypeError, ValueError, KeyError):
+        pass
+    return None
 
 
 def _entry(raw: Any) -> Any:

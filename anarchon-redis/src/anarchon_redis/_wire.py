@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-__all__ = ["bulk", "call", "command", "invoke", "send"]
+__all__ = ["bulk", "call", "call_many", "command", "invoke", "send"]
 
 
 def bulk(text: str) -> str:
@@ -43,6 +43,18 @@ async def call(pool: aioredis.ConnectionPool, packed: bytes) -> Any:
     try:
         await _send_small(conn, packed)
         return await conn.read_response()
+    finally:
+        await pool.release(conn)
+
+
+async def call_many(pool: aioredis.ConnectionPool, packed: bytes, count: int) -> list[Any]:
+    """`count` packed commands, written together (one write, one round trip) on a connection
+    of `pool`: their replies in order, an error reply as its `redis.exceptions.ResponseError`
+    (read whole, so the connection stays usable)."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await _send_small(conn, packed)
+        return [await _reply(conn) for _ in range(count)]
     finally:
         await pool.release(conn)
 
