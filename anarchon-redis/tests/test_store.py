@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 import anarchon
-from anarchon import ConfigError, LeaseStore, StoreUnavailable, SupportsClaimMany
+from anarchon import ClaimRequest, ConfigError, LeaseStore, StoreUnavailable, SupportsClaimMany
 from anarchon_redis import (
     IdmpStore,
     RedisLeaseStore,
@@ -25,6 +25,7 @@ from anarchon_redis import (
     StreamIdStore,
     testing,
 )
+from anarchon_redis._servers import find_binary, start
 
 if TYPE_CHECKING:
     from conftest import Env
@@ -79,11 +80,11 @@ async def test_unreachable_server_is_store_unavailable_without_password() -> Non
 
 @asynccontextmanager
 async def tcp_server(
-    upstream: str | None = None,
+    upstream: str | None = None, answer: bytes = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 ) -> AsyncIterator[tuple[int, list[bool]]]:
-    """A TCP server on a free port: it answers HTTP to anything, or with `upstream` passes bytes
-    to and from that Redis, answering garbage instead of Redis's replies while the flag it
-    yields is set. Yields (port, [garbage flag])."""
+    """A TCP server on a free port: it sends `answer` (HTTP by default) for what it reads, or with
+    `upstream` passes bytes to and from that Redis, sending `answer` instead of Redis's replies
+    while the flag it yields is set. Yields (port, [flag])."""
     garbage = [upstream is None]
     target = urlsplit(upstream) if upstream else None
 
@@ -91,7 +92,7 @@ async def tcp_server(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool
     ) -> None:
         while data := await reader.read(65536):
-            writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n" if replies and garbage[0] else data)
+            writer.write(answer if replies and garbage[0] else data)
             await writer.drain()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -142,6 +143,48 @@ async def test_garbage_mid_run_is_store_unavailable_and_loses_nothing(
             assert not other.won, other
         finally:
             await store.close()
+
+
+async def test_credentials_refused_are_named_at_once_without_the_password(env: Env) -> None:
+    """A user the shared Redis does not know is refused (WRONGPASS). No retry can change that,
+    so it is said at once, not as "did not answer after 3 tries"."""
+    url = env.url.replace("redis://", "redis://nobody:hunter2@", 1)
+    with pytest.raises(StoreUnavailable, match="refused the URL's user and password") as info:
+        await anarchon.connect(url)
+    assert "hunter2" not in str(info.value) and "did not answer" not in str(info.value)
+
+
+async def test_a_server_that_asks_for_a_password_says_so() -> None:
+    async with tcp_server(answer=b"-NOAUTH Authentication required.\r\n") as (port, _):
+        with pytest.raises(StoreUnavailable, match="asks for a password and the URL gives none"):
+            await anarchon.connect(f"redis://127.0.0.1:{port}/0?timeout_ms=500")
+
+
+@pytest.mark.parametrize("strategy", ["lease", "stream-id", "script"])
+async def test_a_read_only_replica_is_store_unavailable_naming_the_primary(strategy: str) -> None:
+    """A URL that points at a replica (an old primary after a failover) fails at open (loading
+    the claim function is a write) or at the first claim, as `StoreUnavailable`, not as
+    redis-py's ReadOnlyError."""
+    binary = find_binary("redis")
+    if binary is None:
+        pytest.skip("redis-server is not installed (or set ANARCHON_TEST_REDIS_SERVER)")
+    server = start(binary)
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        await raw.replicaof("127.0.0.1", "1")  # a replica of nothing is read-only all the same
+        with pytest.raises(StoreUnavailable, match="read-only replica: point the URL at the"):
+            store = await anarchon.connect(server.url, strategy=strategy)
+            try:
+                await store.claim(ClaimRequest(job="j", slot=await store.now_ms(), instance="me"))
+            finally:
+                # the store let go of the replica: its next command connects anew, which
+                # reaches the new primary where the URL's name has moved to it
+                clients = await raw.client_list()
+                assert not [c for c in clients if c.get("name") == "anarchon"], clients
+                await store.close()
+    finally:
+        await raw.aclose()
+        server.stop()
 
 
 async def test_store_must_be_open(env: Env) -> None:

@@ -72,6 +72,8 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
         try:
             await client.ping()
             return
+        except rex.AuthenticationError as exc:  # a ConnectionError, but no retry will change it
+            raise refused_credentials(url, exc) from None
         except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
             tls = tls_error(
                 exc,
@@ -88,10 +90,21 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
                     "running and the URL right (redis://host:6379/0, rediss:// for TLS)?"
                 ) from None
             await asyncio.sleep(0.2)
-        except rex.AuthenticationError as exc:
-            raise StoreUnavailable(f"Redis at {url} refused the credentials: {exc}") from None
         except rex.InvalidResponse as exc:
             raise not_redis(url, exc) from None
+
+
+def refused_credentials(url: StoreURL, exc: Exception) -> StoreUnavailable:
+    """The error for a server that does not accept the URL's user and password (or none)."""
+    what = (
+        "asks for a password and the URL gives none"
+        if url.password is None
+        else "refused the URL's user and password"
+    )
+    return StoreUnavailable(
+        f"Redis at {url} {what} ({exc}): put the right ones in the URL, "
+        "redis://user:password@host:6379/0 (or redis://:password@host:6379/0 without ACL users)"
+    )
 
 
 def not_redis(url: StoreURL, exc: Exception) -> StoreUnavailable:
@@ -223,10 +236,17 @@ def translated(url: StoreURL, keys: JobKeys | None = None) -> Iterator[None]:
         yield
     except AnarchonError:
         raise
+    except rex.AuthenticationError as exc:  # on a reconnect: the password changed meanwhile
+        raise refused_credentials(url, exc) from None
     except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
         raise StoreUnavailable(f"Redis at {url} failed: {exc}") from None
     except rex.InvalidResponse as exc:
         raise not_redis(url, exc) from None
+    except rex.ReadOnlyError:
+        raise StoreUnavailable(
+            f"Redis at {url} is a read-only replica: point the URL at the primary (after a "
+            "failover, the new one); the claim may be resent"
+        ) from None
     except rex.ResponseError as exc:
         text = str(exc)
         if "ANARCHON-CORRUPT" in text:
@@ -270,10 +290,16 @@ async def guarded(
     wanted: list[str],
     call: Callable[[], Awaitable[T]],
 ) -> T:
-    """Run `call` with errors translated; a WRONGTYPE is reported with the offending key's name."""
+    """Run `call` with errors translated; a WRONGTYPE is reported with the offending key's name.
+    A read-only replica's refusal closes the pool's connections, so the next command connects
+    anew: the URL's name may lead to the new primary after a failover."""
     try:
         with translated(url, keys):
-            return await call()
+            try:
+                return await call()
+            except rex.ReadOnlyError:
+                await client.connection_pool.disconnect()
+                raise
     except StoreCorrupt as exc:
         if "holds another type" in str(exc):
             await check_types(client, url, keys, wanted)
