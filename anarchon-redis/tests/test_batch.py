@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import anarchon
 from anarchon import (
     Claim,
     ClaimRequest,
@@ -231,3 +232,21 @@ async def test_script_scan_stops_early_yet_finds_slots_claimed_out_of_order(env:
     assert (await store.claim(env.request("job", slot + 6000))).won
     last = (await env.raw.xrevrange(keys.claims, count=1))[0][1]
     assert int(last["max"]) == slot + 6000
+
+
+@pytest.mark.parametrize(
+    ("query", "script"),
+    [("", LEASE), ("?strategy=script", WINDOW), ("?strategy=idmp", IDMP)],
+)
+@pytest.mark.parametrize("functions", [True, False])
+def test_a_single_claim_is_packed_as_a_batch_of_one(
+    query: str, script: Any, functions: bool
+) -> None:
+    """The single claim's own packer (no joins over requests) writes the very bytes the batch
+    packer writes for one request, as a function call or as a script."""
+    store: Any = anarchon.create_store("redis://127.0.0.1:6379/0" + query)
+    store._functions = functions
+    request = ClaimRequest(job="j", slot=1_764_000_000_000, instance="hôte:1:aaaa")
+    assert store._call_one(script, store._option, request) == store._call(
+        script, store._option, (request,)
+    )

@@ -144,16 +144,17 @@ class RedisStore(ClaimStore):
         keys = "".join([self._wire_keys(r.job) for r in requests])
         asks = "".join([bulk(self._ask(r)) for r in requests])
         count = len(requests)
-        head = script.fcall_head if self._functions and script.function else script.eval_head
-        return invoke(head, self.keys_per_job * count, keys, 1 + count, option + asks)
+        return invoke(self._head(script), self.keys_per_job * count, keys, 1 + count, option + asks)
 
     def _call_one(self, script: Script, option: str, request: ClaimRequest) -> bytes:
-        """`_call` for one request, packed with less around it (the single claim's path)."""
-        head = script.fcall_head if self._functions and script.function else script.eval_head
-        return (
-            f"*{5 + self.keys_per_job}\r\n{head}{bulk(str(self.keys_per_job))}"
-            f"{self._wire_keys(request.job)}{option}{bulk(self._ask(request))}"
-        ).encode()
+        """`_call` for one request, without the joins over requests (the single claim's path)."""
+        keys = self._wire_keys(request.job)
+        ask = option + bulk(self._ask(request))
+        return invoke(self._head(script), self.keys_per_job, keys, 2, ask)
+
+    def _head(self, script: Script) -> str:
+        """The packed first words of a call of `script`: FCALL where the store uses functions."""
+        return script.fcall_head if self._functions and script.function else script.eval_head
 
     async def _refuse(self, job: str, exc: Exception) -> NoReturn:
         """Raise `exc` as anarchon's error for a claim of `job` (a WRONGTYPE names the key)."""
