@@ -4,15 +4,18 @@
 
 Sequential claims, interleaved per iteration so machine load falls on all kinds alike:
 
-* floor: a plain JetStream publish (no headers) to the store's own stream, on the store's own
-  connection: the least a claim can cost;
+* floor: a plain JetStream publish (no headers) with nats-py's ``publish``, to the store's own
+  stream on the store's own connection (the issue's reference floor);
+* bare: the same publish on the claim's own path (one reply subscription, the acknowledgement
+  read as JSON): the least a claim can cost on the path it takes;
 * won: a new slot each time (msg-id: a new message id; expected-seq: a new subject);
 * lost: a slot already claimed (msg-id: a duplicate acknowledgement, then the stored message is
   read back and its token compared; expected-seq: a refused publish, then the read-back).
 
 Then JOBS (10,000) jobs of one slot through `claim_many` (every publish in flight at once) by one
 instance (all won), and again by a second instance (all lost). Streams are deleted after.
-Target (issue 7): a won claim <= 1.1x the floor; 10,000 jobs of one slot <= 0.5 s.
+Target (issue 7): a won claim <= 1.1x the floor; 10,000 jobs of one slot <= 0.5 s. Ratios are
+given against both floors.
 """
 
 from __future__ import annotations
@@ -48,12 +51,13 @@ async def sequential(strategy: str, n: int, prefix: str) -> None:
     base = time.time_ns() // 1_000_000 - 30_000
     lost_slot = base - 1
     assert (await store.claim(ClaimRequest(job="bench", slot=lost_slot, instance="b"))).won
-    samples: dict[str, list[float]] = {k: [] for k in ("floor", "won", "lost")}
+    replies, acks = store._open_replies(), store._acks
+    samples: dict[str, list[float]] = {k: [] for k in ("floor", "bare", "won", "lost")}
     for i in range(WARMUP + n):
         won_request = ClaimRequest(job="bench", slot=base + i, instance="b")
         lost_request = ClaimRequest(job="bench", slot=lost_slot, instance="b")
-        kinds = ["floor", "won", "lost"]
-        kinds = kinds[i % 3 :] + kinds[: i % 3]
+        kinds = ["floor", "bare", "won", "lost"]
+        kinds = kinds[i % 4 :] + kinds[: i % 4]
         timings: dict[str, float] = {}
         for kind in kinds:
             started = time.perf_counter()
@@ -61,6 +65,8 @@ async def sequential(strategy: str, n: int, prefix: str) -> None:
                 assert (await store.claim(won_request)).outcome is Outcome.WON
             elif kind == "lost":
                 assert (await store.claim(lost_request)).outcome is Outcome.LOST
+            elif kind == "bare":
+                acks.read(await replies.request(floor_subject, body, None, 5.0))
             else:
                 await js.publish(floor_subject, body)
             timings[kind] = time.perf_counter() - started
@@ -69,10 +75,14 @@ async def sequential(strategy: str, n: int, prefix: str) -> None:
                 samples[kind].append(value)
     await store.close()
     floor, _ = _us(samples["floor"])
-    print(f"{strategy}: sequential claims, n={n} each (median / p99 in us; ratio of medians)")
-    for kind in ("floor", "won", "lost"):
+    bare, _ = _us(samples["bare"])
+    print(
+        f"{strategy}: sequential claims, n={n} each "
+        "(median / p99 in us; ratio of medians to the floor, and to bare)"
+    )
+    for kind in ("floor", "bare", "won", "lost"):
         med, p99 = _us(samples[kind])
-        print(f"  {kind:6} {med:8.1f} / {p99:8.1f}   x{med / floor:5.2f}")
+        print(f"  {kind:6} {med:8.1f} / {p99:8.1f}   x{med / floor:5.2f}   x{med / bare:5.2f}")
 
 
 async def one_slot(strategy: str, jobs: int, prefix: str) -> None:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.errors import APIError, NoStreamResponseError
 
 from anarchon import StoreUnavailable
+
+from ._answers import Acks, NotAnAnswer, OtherStream
 
 __all__ = ["publish_all"]
 
@@ -24,16 +25,19 @@ __all__ = ["publish_all"]
 async def publish_all(
     nc: Client,
     messages: Sequence[tuple[str, bytes, dict[str, str]]],
+    acks: Acks,
     *,
     timeout: float,
     where: str,
-) -> list[dict[str, Any]]:
-    """Publish each ``(subject, body, headers)``; the raw JetStream acknowledgements (or
-    ``{"error": ...}`` objects), in order. `StoreUnavailable` if any is missing after `timeout`."""
+) -> list[tuple[int, bool] | Exception]:
+    """Publish each ``(subject, body, headers)``; in order, each one's acknowledgement read by
+    `acks` (``(seq, duplicate)``) or the error its answer stands for (`APIError` for a refusal,
+    `NoStreamResponseError`, `NotAnAnswer`, `OtherStream`). `StoreUnavailable` if any answer is
+    missing after `timeout`."""
     if not messages:
         return []
     inbox = nc.new_inbox()
-    answers: list[dict[str, Any] | None] = [None] * len(messages)
+    answers: list[tuple[int, bool] | Exception | None] = [None] * len(messages)
     left = len(messages)
     complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -42,10 +46,10 @@ async def publish_all(
         i = int(msg.subject.rsplit(".", 1)[1])
         if answers[i] is not None:
             return
-        if msg.data:
-            answers[i] = json.loads(msg.data)
-        else:  # a status message: no responders
-            answers[i] = {"error": {"code": 503, "description": "no JetStream answer"}}
+        try:
+            answers[i] = acks.read(msg.data)
+        except (APIError, NoStreamResponseError, NotAnAnswer, OtherStream) as exc:
+            answers[i] = exc
         left -= 1
         if left == 0 and not complete.done():
             complete.set_result(None)

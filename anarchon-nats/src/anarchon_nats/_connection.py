@@ -16,6 +16,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
 from anarchon._errors import tls_error
 
+from ._answers import NotAnAnswer
 from ._options import NATSOptions
 
 __all__ = [
@@ -158,6 +159,11 @@ def translate(exc: BaseException, where: str, hidden: tuple[str, ...]) -> Anarch
         return StoreUnavailable(
             f"NATS at {where}: no JetStream answer ({detail}); the server may be starting, or "
             "JetStream is off; the claim may be resent with the same token"
+        )
+    if isinstance(exc, NotAnAnswer):
+        return StoreUnavailable(
+            f"NATS at {where}: {detail}; is something between anarchon and the server "
+            "rewriting replies? The claim may be resent with the same token"
         )
     if isinstance(exc, APIError):
         if exc.code in (401, 403) or "permission" in detail.lower():

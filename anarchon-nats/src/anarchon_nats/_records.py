@@ -8,6 +8,7 @@ stream and the sequence.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from typing import Any
 
@@ -16,11 +17,17 @@ from anarchon import ClaimRequest, RunRecord, RunStatus, StoreCorrupt
 __all__ = ["decode", "encode"]
 
 
+@functools.lru_cache(maxsize=64)
+def _json_string(text: str) -> str:
+    return json.dumps(text)
+
+
 def encode(request: ClaimRequest) -> bytes:
-    # job and token are plain ASCII by validation; only the instance needs JSON escaping.
+    # job and token are plain ASCII by validation; only the instance needs JSON escaping (an
+    # instance's name is the same on every claim it makes, so it is escaped once).
     return (
         f'{{"job":"{request.job}","slot":{request.slot},"token":"{request.token}",'
-        f'"instance":{json.dumps(request.instance)}}}'
+        f'"instance":{_json_string(request.instance)}}}'
     ).encode()
 
 

@@ -6,6 +6,10 @@ duplicate acknowledgement carrying the stored message's sequence, which is read 
 compared (C2). expected-seq: the claim goes to the slot's own subject with
 ``Nats-Expected-Last-Subject-Sequence: 0``, which only the first publish passes; a refusal reads
 the subject's message back and compares tokens.
+
+A single claim's publish and read-back are requests on the store's own reply subscription
+(`_replies`), and their answers are read by `_answers`; nats-py's JetStream context serves the
+stream's setup and `history`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import json
 import logging
 import ssl
 import time
@@ -40,6 +45,7 @@ from anarchon import (
     StoreURL,
 )
 
+from ._answers import Acks, OtherStream, read_stored
 from ._batch import publish_all
 from ._connection import (
     DRIVER_ERRORS,
@@ -52,6 +58,7 @@ from ._connection import (
 )
 from ._options import NATSOptions
 from ._records import decode, encode
+from ._replies import Replies
 from ._stream import Subjects, ensure_stream
 
 __all__ = ["NATSStore"]
@@ -61,6 +68,8 @@ log = logging.getLogger("anarchon.nats")
 OPEN_STEPS = 8
 """Steps of `open`'s connect that may each take `timeout_ms`: two attempts of connect, INFO,
 TLS and the first PING."""
+JS_API = "$JS.API"
+"""The JetStream API's subject prefix (no domain), as nats-py's ``jetstream()`` uses it."""
 ERR_WRONG_LAST_SEQUENCE = 10071
 """expected-seq: the slot's subject already holds a message."""
 ERR_DUPLICATE_IN_PROCESS = 10158
@@ -105,6 +114,9 @@ class NATSStore(ClaimStore):
         self._timeout = options.timeout_ms / 1000
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
+        self._replies: Replies | None = None
+        self._acks = Acks(self.stream)
+        self._get_api = f"{JS_API}.STREAM.MSG.GET.{self.stream}"
         self._errors = ConnectErrors(self._secrets)
 
     @classmethod
@@ -194,7 +206,15 @@ class NATSStore(ClaimStore):
             if isinstance(exc, Exception):
                 raise self._error(exc) from None
             raise
-        self._nc, self._js = nc, js
+        replies = Replies(nc)
+        try:
+            await replies.start()
+        except BaseException as exc:
+            await nc.close()
+            if isinstance(exc, Exception):
+                raise self._error(exc) from None
+            raise
+        self._nc, self._js, self._replies = nc, js, replies
 
     async def _connect(self) -> Client:
         return await nats.connect(
@@ -208,20 +228,36 @@ class NATSStore(ClaimStore):
             # No buffering while disconnected: a claim then fails at once instead of being
             # sent long after its caller gave up.
             pending_size=0,
+            # Every subject is built here from checked names (prefix, job: ASCII letters, digits,
+            # '_' and '-'); nats-py's check of each again costs 5-10% of a large batch.
+            skip_subject_validation=True,
             error_cb=self._on_error,
             disconnected_cb=self._on_disconnected,
             reconnected_cb=self._on_reconnected,
         )
 
     async def close(self) -> None:
-        nc, self._nc, self._js = self._nc, None, None
+        nc, self._nc, self._js, self._replies = self._nc, None, None, None
         if nc is not None and not nc.is_closed:
             await nc.close()
 
+    def _not_open(self) -> StoreUnavailable:
+        return StoreUnavailable(f"{self!r} is not open: await store.open() first")
+
+    def _client(self) -> Client:
+        if self._nc is None:
+            raise self._not_open()
+        return self._nc
+
     def _jetstream(self) -> JetStreamContext:
         if self._js is None:
-            raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
+            raise self._not_open()
         return self._js
+
+    def _open_replies(self) -> Replies:
+        if self._replies is None:
+            raise self._not_open()
+        return self._replies
 
     # -- claims ----------------------------------------------------------------------------------
     def _late(self, request: ClaimRequest) -> Claim | None:
@@ -246,6 +282,15 @@ class NATSStore(ClaimStore):
             return {MSG_ID: f"{request.job}:{request.slot}"}
         return _FIRST_ON_SUBJECT
 
+    def _captured(self, stream: object) -> StoreCorrupt:
+        """A claim stored by another stream: ours was deleted and another now takes the claims'
+        subjects, so read-backs (C2) would look in the wrong place."""
+        return StoreCorrupt(
+            f"NATS at {self.where}: stream {stream!r}, not {self.stream}, took a claim on "
+            f"{self.subjects.pattern}; stream {self.stream} was deleted or replaced: remove the "
+            "other stream's subjects or use another prefix"
+        )
+
     @staticmethod
     def _won(request: ClaimRequest) -> Claim:
         return Claim(outcome=Outcome.WON, attempt=1, token=request.token, holder=request.instance)
@@ -256,24 +301,27 @@ class NATSStore(ClaimStore):
         late = self._late(request)
         if late is not None:
             return late
-        js = self._jetstream()
+        replies = self._open_replies()
         subject = self.subjects.claim(request.job, request.slot)
         body = encode(request)
         try:
             for attempt in range(CONFLICT_RETRIES):
                 try:
-                    ack = await js.publish(
-                        subject, body, timeout=self._timeout, headers=self._headers(request)
+                    answer = await replies.request(
+                        subject, body, self._headers(request), self._timeout
                     )
+                    seq, duplicate = self._acks.read(answer)
                 except APIError as exc:
                     if _in_process(exc):
                         await asyncio.sleep(0.005 * 2**attempt)
                         continue
                     if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-                        return await self._read_back(js, request, None)
+                        return await self._read_back(request, None)
                     raise
-                if ack.duplicate:
-                    return await self._read_back(js, request, ack.seq)
+                except OtherStream as exc:
+                    raise self._captured(exc.stream) from None
+                if duplicate:
+                    return await self._read_back(request, seq)
                 return self._won(request)
         except AnarchonError:
             raise
@@ -284,28 +332,29 @@ class NATSStore(ClaimStore):
             f"of {request.job}@{request.slot} yet; the claim may be resent with the same token"
         )
 
-    async def _read_back(
-        self, js: JetStreamContext, request: ClaimRequest, seq: int | None
-    ) -> Claim:
+    async def _read_back(self, request: ClaimRequest, seq: int | None) -> Claim:
         """The stored claim for the run: mine is `won` (a resend, C2), another token's is `lost`;
         gone (aged out or deleted) is `lost` as well, never `won` (C3)."""
+        replies = self._open_replies()
+        if seq is not None:
+            query: dict[str, Any] = {"seq": seq}
+        else:
+            query = {"last_by_subj": self.subjects.claim(request.job, request.slot)}
         try:
-            if seq is not None:
-                msg = await js.get_msg(self.stream, seq=seq)
-            else:
-                msg = await js.get_last_msg(
-                    self.stream, self.subjects.claim(request.job, request.slot)
-                )
+            answer = await replies.request(
+                self._get_api, json.dumps(query).encode(), None, self._timeout
+            )
+            stored, data = read_stored(answer)
         except NotFoundError:
             return Claim(
                 outcome=Outcome.LOST,
                 reason=f"the stream knows the run was claimed, but its message is gone from "
                 f"stream {self.stream}",
             )
-        record = decode(msg.data, stream=self.stream, seq=msg.seq, when=msg.time)
+        record = decode(data, stream=self.stream, seq=stored)
         if record.job != request.job or record.slot != request.slot:
             raise StoreCorrupt(
-                f"message {msg.seq} of stream {self.stream} holds {record.job}@{record.slot}, "
+                f"message {stored} of stream {self.stream} holds {record.job}@{record.slot}, "
                 f"expected {request.job}@{request.slot}"
             )
         if record.token == request.token:
@@ -315,12 +364,10 @@ class NATSStore(ClaimStore):
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """Every claim published at once, the acknowledgements awaited together; duplicates and
         refusals are then read back as in `claim`. Answers are in the order of `requests`."""
+        nc = self._client()
         answers: list[Claim | None] = [self._late(r) for r in requests]
-        js = self._jetstream()
         todo = [i for i, answer in enumerate(answers) if answer is None]
         try:
-            nc = self._nc
-            assert nc is not None
             acks = await publish_all(
                 nc,
                 [
@@ -331,6 +378,7 @@ class NATSStore(ClaimStore):
                     )
                     for i in todo
                 ],
+                self._acks,
                 timeout=self._timeout,
                 where=self.where,
             )
@@ -340,18 +388,23 @@ class NATSStore(ClaimStore):
             raise self._error(exc) from None
         again: dict[int, Any] = {}
         for i, ack in zip(todo, acks, strict=True):
-            error = ack.get("error")
-            if error is None:
-                if ack.get("duplicate"):
-                    again[i] = self._read_back(js, requests[i], int(ack["seq"]))
+            if isinstance(ack, tuple):
+                seq, duplicate = ack
+                if duplicate:
+                    again[i] = self._read_back(requests[i], seq)
                 else:
                     answers[i] = self._won(requests[i])
-            elif error.get("err_code") in (ERR_WRONG_LAST_SEQUENCE, ERR_DUPLICATE_IN_PROCESS):
+            elif isinstance(ack, APIError) and ack.err_code in (
+                ERR_WRONG_LAST_SEQUENCE,
+                ERR_DUPLICATE_IN_PROCESS,
+            ):
                 again[i] = self.claim(requests[i])
             else:
                 for coroutine in again.values():
                     coroutine.close()
-                raise self._error(APIError(**error))
+                if isinstance(ack, OtherStream):
+                    raise self._captured(ack.stream)
+                raise self._error(ack)
         if again:
             try:
                 decided = await asyncio.gather(*again.values())
