@@ -3,7 +3,8 @@ and how to make a claim win or lose.
 
 A target's `url(prefix)` builds further stores of the same kind (contention claimers, scale
 instances in other processes); `setup` opens the target's own store and prepares the floor,
-`teardown` deletes everything the run wrote (schema, keys, streams, queues expire).
+`teardown` deletes everything the run wrote (schema, keys, streams, queues), and `forget`
+deletes a scale phase's runs where the store would otherwise keep them (RabbitMQ's queues).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -145,6 +146,11 @@ class Target(abc.ABC):
         if self.store is not None:
             await self.store.close()
             self.store = None
+
+    async def forget(self, prefix: str, runs: Sequence[tuple[str, int]]) -> None:
+        """Delete what the runs ``(job, slot)`` of a scale phase left in the store, where it
+        would weigh on the next measure and `teardown` would not reach it. Nothing by default."""
+        del prefix, runs
 
     # -- the measured operations ---------------------------------------------------------------
     @abc.abstractmethod
@@ -399,7 +405,28 @@ class RabbitMQTarget(Target):
         if self.store is not None:
             channel = await self.store._link.channel()
             await channel.queue_delete(self._queue)
+            # The latency phase's runs: the held one, and every won run claimed or prepared.
+            won = [self._win_at(i) for i in range(max(self._wins, self._prepared))]
+            runs = [(self.held.job, self.held.slot), *((r.job, r.slot) for r in won)]
+            await self.forget(self.store.options.prefix, runs)
         await super().teardown()
+
+    async def forget(self, prefix: str, runs: Sequence[tuple[str, int]]) -> None:
+        # A broker keeping tens of thousands of queues (until they expire, 5 min after their
+        # creation) makes each persistent message cost it more: the next measure would pay.
+        import aiormq
+
+        from anarchon_rabbitmq import queue_name
+
+        connection = await aiormq.connect(self.env.amqp)
+        try:
+            channel = await connection.channel()
+            for start in range(0, len(runs), 500):
+                for job, slot in runs[start : start + 500]:
+                    await channel.queue_delete(queue_name(prefix, job, slot), nowait=True)
+                await channel.basic_qos(prefetch_count=0)  # a round trip: the deletes are done
+        finally:
+            await connection.close()
 
 
 def make_targets(env: Env) -> list[Target]:

@@ -41,6 +41,7 @@ async def measure_scale(
             # with the claims bounded to what the driver accepts.
             probe = _requests([(j, base - 1) for j in jobs[:1000]], "bench:probe")
             answers = await asyncio.gather(*(store.claim(r) for r in probe), return_exceptions=True)
+            await target.forget(prefix, [(r.job, r.slot) for r in probe])
             failed = [a for a in answers if isinstance(a, BaseException)]
             result["unbounded"] = (
                 f"{len(failed)} of {len(probe)} claims sent at once failed: "
@@ -64,6 +65,7 @@ async def measure_scale(
             if prepared_s is not None:
                 point["prepared_s"] = prepared_s
             curve.append(point)
+            await target.forget(prefix, [(r.job, r.slot) for r in requests])
     finally:
         await store.close()
     runs = [(j, base + len(sizes) + 1) for j in jobs[:many]]
@@ -81,6 +83,8 @@ async def measure_scale(
     except RuntimeError as exc:
         result.update(instances_s=None, instances_exactly_one_winner=None, instances_error=str(exc))
         return result
+    finally:
+        await target.forget(prefix, runs)
     counts = [0] * many
     for report in reports:
         for i in report["won"]:
