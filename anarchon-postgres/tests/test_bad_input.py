@@ -114,6 +114,27 @@ async def test_wrong_credentials_are_an_error_without_the_password(
     assert SECRET not in repr(info.value.__cause__) and info.value.__suppress_context__
 
 
+async def test_a_read_only_server_is_named_and_the_primary_asked_for(schema: str) -> None:
+    # What a hot standby answers (SQLSTATE 25006), from a session that is read-only by default.
+    await make_store(schema)
+    read_only = url_with(schema, options="-c%20default_transaction_read_only%3Don")
+    store = PostgresStore.create(read_only)
+    try:
+        await store.open()  # the tables exist: opening only reads
+        now = await store.now_ms()
+        for attempt in (
+            store.claim(ClaimRequest(job="k", slot=now, instance="a")),
+            store.claim_many([ClaimRequest(job="m", slot=now, instance="a")]),
+        ):
+            with pytest.raises(StoreUnavailable) as info:
+                await attempt
+            message = str(info.value)
+            assert "is read-only (a hot standby" in message, message
+            assert "point the URL at the primary" in message and "SELECT" not in message
+    finally:
+        await store.close()
+
+
 async def make_store(schema: str) -> None:
     store = PostgresStore.create(url_with(schema))
     await store.open()

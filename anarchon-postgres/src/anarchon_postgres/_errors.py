@@ -55,6 +55,12 @@ def translate(
             "EXECUTE on the claim function; to create them, CREATE on the schema (or on the "
             "database if the schema does not exist yet)"
         )
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return StoreUnavailable(
+            f"PostgreSQL at {where} is read-only (a hot standby, or a session with "
+            "default_transaction_read_only): point the URL at the primary, or with several hosts "
+            "add target_session_attrs=read-write; the claim may be resent with the same token"
+        )
     if isinstance(exc, (errors.QueryCanceled, errors.LockNotAvailable)):
         return StoreUnavailable(
             f"PostgreSQL at {where}: the statement timed out ({detail}); another transaction may "
