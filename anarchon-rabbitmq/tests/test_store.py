@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from urllib.parse import urlsplit
 
 import aiormq
 import pytest
@@ -172,6 +173,20 @@ async def test_wrong_password_is_a_clear_error_without_it(
     assert "refused the login" in str(info.value)
     assert WRONG_PASSWORD not in str(info.value) and WRONG_PASSWORD not in repr(info.value)
     assert WRONG_PASSWORD not in caplog.text
+
+
+async def test_unknown_virtual_host_is_a_clear_error(caplog: pytest.LogCaptureFixture) -> None:
+    host, port = address()
+    caplog.set_level(logging.DEBUG)
+    url = url_via(host, port).rsplit("/", 1)[0] + "/anarchon-no-such-vhost"
+    with pytest.raises(ConfigError) as info:
+        await connect(url)
+    message = str(info.value)
+    assert "refused the virtual host 'anarchon-no-such-vhost' at login" in message, message
+    assert "rabbitmqctl add_vhost" in message
+    parts = urlsplit(url)
+    assert f"{parts.username}:***@" in message  # the password is hidden
+    assert f":{parts.password}@" not in message and f":{parts.password}@" not in caplog.text
 
 
 async def test_unreachable_broker_is_store_unavailable(caplog: pytest.LogCaptureFixture) -> None:

@@ -74,6 +74,7 @@ class Link:
         self._url = driver_url(url, options)
         self._tls = url.scheme == "amqps"
         self.shown = str(url).split("?", 1)[0]
+        self._vhost = url.path or "/"
         self._secrets = tuple(s for s in (url.password,) if s)
         self._options = options
         self._connection: AbstractConnection | None = None
@@ -111,9 +112,18 @@ class Link:
                 f"RabbitMQ at {self.shown} offers no authentication mechanism anarchon can use: "
                 f"{self.scrub(str(exc))}"
             )
-        if isinstance(exc, aiormq.exceptions.ConnectionNotAllowed):
+        if isinstance(exc, aiormq.exceptions.ConnectionNotAllowed) or (
+            # aiormq (6.8) reports the broker closing the connection at `connection.open`, where
+            # it checks the virtual host, as a frame it did not expect, without the reason.
+            isinstance(exc, aiormq.exceptions.InvalidFrameError)
+            and "Connection.OpenOk" in str(exc)
+            and "Connection.Close" in str(exc)
+        ):
             return ConfigError(
-                f"RabbitMQ at {self.shown} refused the virtual host: {self.scrub(str(exc))}"
+                f"RabbitMQ at {self.shown} refused the virtual host {self._vhost!r} at login: it "
+                "does not exist, the user has no permissions on it, or it takes no more "
+                "connections (the broker's log says which). Create it (rabbitmqctl add_vhost), "
+                "grant the user (rabbitmqctl set_permissions), or fix the URL's path"
             )
         tls = tls_error(
             exc,
