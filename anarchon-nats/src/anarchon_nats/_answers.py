@@ -4,8 +4,8 @@ guessed at: a won claim rests on a real acknowledgement.
 
 The acknowledgement of a publish to the claims' stream is nearly always one of two byte strings,
 ``{"stream":"<name>","seq":<n>}`` or the same with ``,"duplicate":true``; `Acks` reads those
-without a JSON parse (a tenth of a claim's own client work) and hands anything else to
-`read_ack`.
+without a JSON parse (1.1 µs against 4.9 µs for `read_ack` on the development machine's slower
+day) and hands anything else to `read_ack`.
 """
 
 from __future__ import annotations
