@@ -70,4 +70,8 @@ class Replies:
         finally:
             timer.cancel()
             self._waiting.pop(reply, None)
+            if future.done() and not future.cancelled():
+                # The timer may have fired while the publish itself failed: that timeout is
+                # superseded, not an error for asyncio to report when the future is collected.
+                future.exception()
         return msg.data
