@@ -216,13 +216,14 @@ async def test_unanswered_publish_gives_up_and_its_late_answer_is_dropped(
     assert store._replies.waiting == 0
 
 
-async def test_the_reply_subscription_ends_with_the_store(prefix: str) -> None:
+async def test_the_reply_path_ends_with_the_store(prefix: str) -> None:
     store = NATSStore.create(NATS_URL, prefix=prefix)
     await store.open()
-    replies = store._replies
-    assert replies is not None
+    replies, client = store._replies, store._nc
+    assert replies is not None and client is not None
     assert (await store.claim(request())).won
     await store.close()
-    assert store._replies is None
+    assert store._replies is None and client.is_closed
+    assert replies.waiting == 0
     with pytest.raises(StoreUnavailable, match="not open"):
         await store.claim(request())

@@ -17,7 +17,6 @@ import itertools
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 __all__ = ["Replies"]
 
@@ -39,10 +38,9 @@ class Replies:
         self._prefix = nc.new_inbox() + "."
         self._waiting: dict[str, asyncio.Future[Msg]] = {}
         self._numbers = itertools.count()
-        self._sub: Subscription | None = None
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+        await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
 
     @property
     def waiting(self) -> int:
