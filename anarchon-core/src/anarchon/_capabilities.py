@@ -23,6 +23,10 @@ class Capabilities:
     """`history(job, limit)` returns past runs."""
     store_clock: bool
     """`now_ms()` reads the store's own clock (T1); otherwise lateness uses the instance clock (T4)."""
+    skips: bool = False
+    """The store keeps a decided skip as a ``skipped`` record with its reason (rule S1): later
+    claims of the slot answer `skipped` and `history` shows it. Without it, a skip still takes
+    the slot (nobody can win it) but later claims see only that someone else did (`lost`)."""
     batch: bool = False
     """The store implements `SupportsClaimMany`: many jobs of one slot in one round trip."""
     remembers_ms: int | None = None

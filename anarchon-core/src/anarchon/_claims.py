@@ -12,16 +12,20 @@ from ._names import check_name
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "MAX_SKIP_REASON",
     "Claim",
     "ClaimRequest",
     "Outcome",
     "Overlap",
     "fencing_token",
     "new_token",
+    "skip_kind",
 ]
 
 MAX_ATTEMPTS = 999
 """Attempts per run are bounded so that a fencing token fits in a signed 64-bit integer (F2)."""
+MAX_SKIP_REASON = 200
+"""Characters a caller's skip reason may have (`ClaimRequest.skip_reason`)."""
 
 
 class Outcome(str, enum.Enum):
@@ -35,8 +39,11 @@ class Outcome(str, enum.Enum):
     """The run is over: succeeded, failed or interrupted."""
     LATE = "late"
     """No run exists and the slot can no longer be claimed; `Claim.reason` says why."""
-    OVERLAP = "overlap"
-    """Another run of the job holds a live lease and overlap is `skip`."""
+    SKIPPED = "skipped"
+    """The slot is decided not to run, and the store records it (the ledger): `Claim.reason`
+    starts with the kind (``overlap:``, ``late:``, ``coalesced:``) and says why. The claim that
+    decided the skip wrote the record in its atomic step; later claims of the slot answer the
+    same."""
     LOST = "lost"
     """(Backends without leases) another token won the run."""
     UNKNOWN = "unknown"
@@ -54,6 +61,13 @@ class Overlap(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def skip_kind(reason: str | None) -> str:
+    """The kind of a skip reason: the word before its first colon (``overlap: slot ...``)."""
+    if not reason:
+        return "unknown"
+    return reason.split(":", 1)[0].strip() or "unknown"
 
 
 def new_token() -> str:
@@ -92,6 +106,21 @@ def _check_attempts(_: object, attribute: attrs.Attribute[int], value: int) -> N
         raise ConfigError(f"attempts must be an int from 1 to {MAX_ATTEMPTS}, got {value!r}")
 
 
+def _check_skip_reason(_: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is None:
+        return
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_SKIP_REASON
+        or not value.isprintable()
+        or ":" not in value
+    ):
+        raise ConfigError(
+            f"skip_reason must be printable text of 1 to {MAX_SKIP_REASON} characters that starts "
+            f"with its kind and a colon (like 'coalesced: a newer slot ran'), got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class ClaimRequest:
     """One instance's request to run `job` at `slot`.
@@ -110,6 +139,12 @@ class ClaimRequest:
     max_late_ms: int = attrs.field(default=60_000, validator=_non_negative)
     overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=Overlap)
     attempts: int = attrs.field(default=3, validator=_check_attempts)
+    skip_reason: str | None = attrs.field(default=None, validator=_check_skip_reason)
+    """Set: decide the slot as skipped for this reason instead of running it, if it has no run
+    yet (catch-up ``latest`` records older slots ``coalesced: ...``), in the claim's atomic step
+    (L1). A slot that already has a run answers as it would without it; a late slot is recorded
+    late. Stores without leases take the slot with a skip record in place of a claim, so nobody
+    can win it; those that cannot read records back answer later claims `lost`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -126,7 +161,15 @@ class Claim:
     lease_until: int | None = None
     """End of the current lease, epoch ms by the store's clock; None without leases."""
     reason: str = ""
-    """Why, in words, for `late`, `overlap`, `done` and `unknown`."""
+    """Why, in words, for `late`, `skipped`, `done` and `unknown`; a skip's reason starts with
+    its kind (``overlap:``, ``late:``, ``coalesced:``)."""
+
+    @property
+    def skip_kind(self) -> str | None:
+        """For `skipped`: the kind of skip (``overlap``, ``late``, ``coalesced``...); else None."""
+        if self.outcome is not Outcome.SKIPPED:
+            return None
+        return skip_kind(self.reason)
 
     @property
     def won(self) -> bool:

@@ -9,27 +9,37 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Literal
 
 import attrs
 
 from ._claims import Claim, ClaimRequest, Outcome, Overlap
+from ._errors import ConfigError
 from ._runs import RunRecord, RunStatus
 
 __all__ = [
     "INTERRUPTED_REASON",
-    "OVERLAP_REASON",
     "SWEEP_EVERY_DIVISOR",
     "SWEEP_EVERY_MAX",
     "claim_from_outcome",
     "decide_claim",
+    "decide_finish",
+    "early_claim_error",
     "keep_until",
     "late_reason",
+    "overlap_reason",
+    "skip_record",
+    "skipped_claim",
     "sweep_every",
     "sweeps_now",
 ]
 
 
-OVERLAP_REASON = "another run of this job holds a live lease and overlap is 'skip'"
+def overlap_reason(holding_slot: int) -> str:
+    """L1: the reason recorded for a slot skipped because `holding_slot` holds a live lease."""
+    return f"overlap: slot {holding_slot} of this job holds a live lease and overlap is 'skip'"
+
+
 INTERRUPTED_REASON = "run interrupted: the last attempt's lease ran out"
 
 SWEEP_EVERY_MAX = 64
@@ -73,25 +83,83 @@ def late_reason(request: ClaimRequest, now: int, floor: int | None) -> str | Non
     return None
 
 
+def early_claim_error(request: ClaimRequest, now: int, remembers_ms: int) -> ConfigError | None:
+    """C1 for a claim sent before its slot, on a store that remembers a claim for `remembers_ms`
+    counted from when it is written (a window, not from the slot): the error refusing a claim
+    the store could not remember until ``slot + max_late_ms``, when the slot can still be
+    claimed; None if it can. The scheduler never claims before a slot (T2)."""
+    ahead = request.slot - now
+    allowed = remembers_ms - request.max_late_ms
+    if ahead <= allowed:
+        return None
+    return ConfigError(
+        f"claim of job {request.job!r} at slot {request.slot} refused: the slot is {ahead} ms "
+        f"ahead of the clock, and this store remembers a claim for {remembers_ms} ms from when "
+        f"it is written, so it could forget the claim while the slot can still be claimed "
+        f"(max_late {request.max_late_ms} ms) and let a second instance win it (rule C1). Claim "
+        f"at most {max(allowed, 0)} ms before the slot (the scheduler claims at the slot)"
+    )
+
+
+def skip_record(request: ClaimRequest, now: int, reason: str) -> RunRecord:
+    """The ledger's record of a slot decided not to run: attempt 0, the deciding claim's token
+    and instance, finished at `now`, the reason (which starts with its kind) as its error."""
+    return RunRecord(
+        job=request.job,
+        slot=request.slot,
+        status=RunStatus.SKIPPED,
+        attempt=0,
+        token=request.token,
+        holder=request.instance,
+        claimed_at=now,
+        lease_until=None,
+        finished_at=now,
+        error=reason,
+    )
+
+
+def skipped_claim(run: RunRecord) -> Claim:
+    """The answer to every claim of a slot whose record is a skip."""
+    return Claim(
+        outcome=Outcome.SKIPPED,
+        attempt=run.attempt,
+        token=run.token,
+        holder=run.holder,
+        reason=run.error or "skipped",
+    )
+
+
 def decide_claim(
     run: RunRecord | None,
     request: ClaimRequest,
     now: int,
     *,
     floor: int | None,
-    other_live: Callable[[], bool],
+    other_live: Callable[[], int | None],
 ) -> tuple[Claim, RunRecord | None]:
     """Apply L1-L6 to `run` (None: no run). Returns the answer and the state to write (None: no
-    write). `other_live()` tells whether another slot of the job holds a lease at `now`."""
+    write). `other_live()` returns a slot of the job, other than this one, that holds a lease at
+    `now` (None if none does): with overlap ``skip`` the claim records a skip naming it.
+
+    L1 writes a record for every slot it decides: a late slot above the floor is recorded
+    ``skipped`` (``late: ...``), an overlapping one ``skipped`` (``overlap: ...``), one whose
+    request carries a `skip_reason` ``skipped`` with that reason; only a forgotten slot (at or
+    below the floor) answers `late` with nothing written, since its run may have happened."""
     if run is None:
         reason = late_reason(request, now, floor)
         if reason is not None:
-            return Claim(outcome=Outcome.LATE, reason=reason), None
-        if request.overlap is Overlap.SKIP and other_live():
-            return Claim(
-                outcome=Outcome.OVERLAP,
-                reason=OVERLAP_REASON,
-            ), None
+            if floor is not None and request.slot <= floor:
+                return Claim(outcome=Outcome.LATE, reason=reason), None
+            record = skip_record(request, now, reason)
+            return skipped_claim(record), record
+        if request.skip_reason is not None:
+            record = skip_record(request, now, request.skip_reason)
+            return skipped_claim(record), record
+        if request.overlap is Overlap.SKIP:
+            holding = other_live()
+            if holding is not None:
+                record = skip_record(request, now, overlap_reason(holding))
+                return skipped_claim(record), record
         new = RunRecord(
             job=request.job,
             slot=request.slot,
@@ -103,6 +171,8 @@ def decide_claim(
             lease_until=now + request.lease_ms,
         )
         return _won(new), new
+    if run.status is RunStatus.SKIPPED:
+        return skipped_claim(run), None
     if run.status.finished:  # L6
         return Claim(
             outcome=Outcome.DONE,
@@ -149,6 +219,20 @@ def decide_claim(
     ), interrupted
 
 
+def decide_finish(
+    run: RunRecord | None, token: str, status: RunStatus
+) -> Literal["write", "again", "fenced"]:
+    """L8 with C2 for finish: ``write`` the final status while running with `token`; ``again``
+    (answer True, write nothing) when the run already finished with the same token and status, so
+    a finish resent after its first answer was lost is not mistaken for fencing; else ``fenced``
+    (answer False: another attempt holds or finished the run)."""
+    if run is None or run.token != token:
+        return "fenced"
+    if run.status is RunStatus.RUNNING:
+        return "write"
+    return "again" if run.status is status else "fenced"
+
+
 def _won(run: RunRecord) -> Claim:
     return Claim(
         outcome=Outcome.WON,
@@ -170,12 +254,13 @@ def claim_from_outcome(
     status: str,
     now: int,
     floor: int | None,
+    reason: str | None = None,
 ) -> Claim:
     """The `Claim` for an answer decided inside a store's server (a Lua script, a SQL function)
-    in the words `decide_claim` uses: outcome ``won``, ``running``, ``late``, ``overlap``,
-    ``done`` (with the run's `status`) or ``interrupted`` (L5). Raises `ValueError` for an
-    outcome or status anarchon never answers: the caller reports it as `StoreCorrupt`, naming
-    its key or table."""
+    in the words `decide_claim` uses: outcome ``won``, ``running``, ``late`` (forgotten: nothing
+    written), ``skipped`` (with the recorded reason in `reason`), ``done`` (with the run's
+    `status`) or ``interrupted`` (L5). Raises `ValueError` for an outcome or status anarchon
+    never answers: the caller reports it as `StoreCorrupt`, naming its key or table."""
     if outcome in ("won", "running"):
         return Claim(
             outcome=Outcome.WON if outcome == "won" else Outcome.RUNNING,
@@ -186,8 +271,14 @@ def claim_from_outcome(
         )
     if outcome == "late":
         return Claim(outcome=Outcome.LATE, reason=late_reason(request, now, floor) or "late")
-    if outcome == "overlap":
-        return Claim(outcome=Outcome.OVERLAP, reason=OVERLAP_REASON)
+    if outcome == "skipped":
+        return Claim(
+            outcome=Outcome.SKIPPED,
+            attempt=attempt,
+            token=token,
+            holder=holder,
+            reason=reason or "skipped",
+        )
     if outcome == "done":
         reason = f"run {RunStatus(status)}"
     elif outcome == "interrupted":

@@ -22,12 +22,21 @@ class RunStatus(str, enum.Enum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     """The last attempt's lease ran out with no attempts left (L5)."""
+    SKIPPED = "skipped"
+    """Decided not to run (the ledger): overlap, late, coalesced catch-up; `RunRecord.error`
+    holds the reason, which starts with its kind (``overlap: ...``). Attempt 0: nobody ran it."""
     CLAIMED = "claimed"
     """Backends without leases: the run was claimed; nothing more is known."""
 
     @property
     def finished(self) -> bool:
-        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.INTERRUPTED)
+        """The run is over: succeeded, failed, interrupted, or skipped (nothing more happens)."""
+        return self in (
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.INTERRUPTED,
+            RunStatus.SKIPPED,
+        )
 
     def __str__(self) -> str:
         return self.value
@@ -48,6 +57,7 @@ class RunRecord:
     lease_until: int | None = None
     finished_at: int | None = None
     error: str | None = None
+    """Why a run failed, or the reason of a skip (``overlap: slot ... holds a live lease``)."""
 
     @property
     def fencing_token(self) -> int:
@@ -69,8 +79,9 @@ class RunRecord:
                 + ", ".join(s.value for s in RunStatus)
                 + "); remove or repair the row"
             ) from None
-        if not (_is_int(slot) and _is_int(attempt) and attempt >= 1):
-            raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= 1")
+        lowest = 0 if parsed is RunStatus.SKIPPED else 1
+        if not (_is_int(slot) and _is_int(attempt) and attempt >= lowest):
+            raise StoreCorrupt(f"{name} has attempt {attempt!r}; expected an integer >= {lowest}")
         for field, value in (
             ("claimed_at", claimed_at),
             ("lease_until", lease_until),

@@ -43,7 +43,16 @@ class ClaimStore(abc.ABC):
       claim say so in `Capabilities.self_recognition` and keep C3 instead.
     * **C3 fail closed**: an ambiguous answer is never `won`; it is `unknown`.
     * **C4 liveness**: a claim for a slot that is not late and has no run is `won` (unless the
-      overlap rule refuses it).
+      overlap rule or a skip decides it).
+    * **C5 early claims**: C1 holds for a claim sent before its slot too. A store that remembers
+      a claim for a window counted from when it is written refuses (`ConfigError`, from the
+      shared `anarchon._leases.early_claim_error`) a claim it could not remember until
+      ``slot + max_late_ms``.
+    * **The ledger (S1)**: a claim that decides a slot is not to run (a `skip_reason` in the
+      request; on lease stores also late or overlap, L1) writes a ``skipped`` record with its
+      reason in the same atomic step, so that later claims of the slot answer `skipped` at once
+      and `history` shows why (`Capabilities.skips`; stores that cannot keep such a record take
+      the slot with it all the same, so nobody can win it).
     * **T3**: a run is remembered for at least `capabilities.remembers_ms` after its slot.
 
     Subclasses are constructed by `anarchon.connect(url, **options)` as ``cls(url, options)``; they
@@ -104,16 +113,20 @@ class LeaseStore(ClaimStore):
     ``failed``, ``interrupted``). ``now`` is the store's clock read inside the atomic step (T1).
     `claim` keeps:
 
-    * **L1** no run: if ``now - slot > max_late_ms`` or the slot is at or below the job's forgotten
-      floor (L11): `late`, nothing written. Else if overlap is `skip` and another slot of the job is
-      running with ``lease_until >= now``: `overlap`, nothing written. Else write running, attempt 1,
-      the caller's token, ``lease_until = now + lease_ms``: `won` (attempt 1).
+    * **L1** no run: if the slot is at or below the job's forgotten floor (L11): `late`, nothing
+      written. Else if ``now - slot > max_late_ms``: record ``skipped`` (``late: ...``) and answer
+      `skipped`. Else if the request has a `skip_reason`: record ``skipped`` with it. Else if
+      overlap is `skip` and another slot S of the job is running with ``lease_until >= now``:
+      record ``skipped`` (``overlap: slot S ...``). Else write running, attempt 1, the caller's
+      token, ``lease_until = now + lease_ms``: `won` (attempt 1). A skip record has attempt 0,
+      the deciding token and instance, and its reason in ``error``.
     * **L2** running with the same token: `won` (same attempt); nothing changes.
     * **L3** running, another token, ``lease_until >= now``: `running`.
     * **L4** running, ``lease_until < now``, ``attempt < attempts``: takeover, attempt + 1, the
       caller's token, a new lease: `won`. Lateness does not apply to a takeover.
     * **L5** running, lease ran out, no attempts left: mark `interrupted`, answer `done`.
-    * **L6** finished (any status, any token): `done`.
+    * **L6** finished (any status, any token): `done`; a ``skipped`` record answers `skipped`
+      with its reason.
     * **L11** a run is kept at least until ``slot + max_late_ms + attempts * lease_ms`` plus a margin;
       the newest slot ever deleted is kept as the job's floor so a forgotten run is never won again.
     """
@@ -126,7 +139,10 @@ class LeaseStore(ClaimStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        """**L8**: only while running with `token`, record the final status; else False (fenced)."""
+        """**L8**: only while running with `token`, record the final status (succeeded, failed or
+        interrupted). **C2 for finish**: resent with the same token and status after the run
+        finished that way (the first answer was lost), True again with nothing written. Else
+        False (fenced)."""
 
     @abc.abstractmethod
     async def release(self, job: str, slot: int, token: str) -> bool:

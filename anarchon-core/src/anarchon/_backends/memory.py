@@ -16,7 +16,7 @@ import attrs
 
 from .._capabilities import Capabilities
 from .._claims import Claim, ClaimRequest
-from .._leases import decide_claim, keep_until
+from .._leases import decide_claim, decide_finish, keep_until
 from .._names import check_name
 from .._options import StoreOptions
 from .._runs import RunRecord, RunStatus
@@ -92,6 +92,7 @@ class MemoryStore(LeaseStore):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )
@@ -112,13 +113,17 @@ class MemoryStore(LeaseStore):
         state = self._job(request.job)
         run = state.runs.get(request.slot)
 
-        def other_live() -> bool:
-            return any(
-                r.status is RunStatus.RUNNING
-                and r.slot != request.slot
-                and r.lease_until is not None
-                and r.lease_until >= now
-                for r in state.runs.values()
+        def other_live() -> int | None:
+            return next(
+                (
+                    r.slot
+                    for r in state.runs.values()
+                    if r.status is RunStatus.RUNNING
+                    and r.slot != request.slot
+                    and r.lease_until is not None
+                    and r.lease_until >= now
+                ),
+                None,
             )
 
         claim, write = decide_claim(run, request, now, floor=state.floor, other_live=other_live)
@@ -158,7 +163,7 @@ class MemoryStore(LeaseStore):
             if run is not None and (
                 run.status.finished or (run.lease_until is not None and run.lease_until >= now)
             ):
-                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
+                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: None)
                 return claim
             return self._claim_locked(request, now)
 
@@ -181,14 +186,18 @@ class MemoryStore(LeaseStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        if not status.finished:
-            raise ValueError(f"finish needs a final status, got {status}")
-        return self._update(
-            job,
-            slot,
-            token,
-            lambda r, now: attrs.evolve(r, status=status, finished_at=now, error=error),
-        )
+        if not status.finished or status is RunStatus.SKIPPED:
+            raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
+        with self._ns.lock:
+            state = self._job(job)
+            run = state.runs.get(slot)
+            decision = decide_finish(run, token, status)
+            if decision == "write":
+                assert run is not None
+                state.runs[slot] = attrs.evolve(
+                    run, status=status, finished_at=self.clock(), error=error
+                )
+            return decision != "fenced"
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return self._update(job, slot, token, lambda r, now: attrs.evolve(r, lease_until=now - 1))
