@@ -218,6 +218,11 @@ def test_history_errors(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not (in_tmp / "missing.db").exists()
     (in_tmp / "junk.db").write_text("not a database")
     assert_one_line_error(invoke("history", "sqlite:///junk.db", "job"), 4, "junk.db")
+    url = f"sqlite:///{in_tmp / 'h.db'}"
+    asyncio.run(_fill(url))
+    bad_since = invoke("history", url, "report", "--since", "yesterday")
+    assert_one_line_error(bad_since, 2, "--since 'yesterday' is not an ISO 8601 time")
+    assert "--after" not in bad_since.output
 
 
 def test_history_store_unavailable_exits_3_without_the_password(

@@ -45,7 +45,7 @@ def test_a_slot_is_prepared_ahead_with_all_its_jobs_then_fired() -> None:
     assert table.prepares_due(slot - 5 * SECOND) == [], "each slot is prepared once"
     assert table.slot_due(slot - 1) is None, "never fired before its time"
     due = table.slot_due(slot)
-    assert due is not None and due[0] == slot and [s.name for s in due[1]] == ["a", "b"]
+    assert due is not None and due.slot == slot and [s.name for s in due.fresh] == ["a", "b"]
     # The next slot of a and b, and c's, each come due ahead of their own slot.
     assert table.prepares_due(slot + 60 * SECOND - 5 * SECOND) == [
         (slot + 60 * SECOND, ["a", "b", "c"])
@@ -58,7 +58,7 @@ def test_a_slot_too_close_when_its_preparation_comes_is_not_prepared() -> None:
     slot = t0 + 60 * SECOND
     assert table.prepares_due(slot - MIN_PREPARE_LEAD_MS + 1) == []
     due = table.slot_due(slot)
-    assert due is not None and due[0] == slot
+    assert due is not None and due.slot == slot
 
 
 def test_catch_up_slots_are_claimed_at_once_and_never_prepared() -> None:
@@ -67,7 +67,7 @@ def test_catch_up_slots_are_claimed_at_once_and_never_prepared() -> None:
     table = timetable(t0 + 200, 5 * SECOND, a="* * * * * *")
     assert table.prepares_due(t0 + 200) == []
     due = table.slot_due(t0 + 200)
-    assert due is not None and due[0] == t0
+    assert due is not None and due.slot == t0
     # Once the catch-up slot fired, the next one (800 ms away) is prepared at once.
     assert table.prepares_due(t0 + 200) == [(t0 + SECOND, ["a"])]
 

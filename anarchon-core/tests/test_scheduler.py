@@ -81,8 +81,9 @@ async def test_T5_forward_jump_fires_skipped_slots_that_are_not_late() -> None:
     s = scheduler(store, "a", clock=clock)
     slots: list[int] = []
 
-    # overlap="allow": the skipped slots start together and must not skip each other.
-    @s.job("* * * * * *", max_late="5s", overlap="allow")
+    # catch_up="all" with the default overlap (skip): the jumped-over slots run one after
+    # another and never skip each other.
+    @s.job("* * * * * *", max_late="5s", catch_up="all")
     def tick(run: Run) -> None:
         slots.append(run.slot)
 
@@ -123,7 +124,7 @@ async def test_T6_catch_up_claims_recent_slots_on_start() -> None:
     s = scheduler(store, "a")
     slots: list[int] = []
 
-    @s.job("* * * * * *", max_late="3s", overlap="allow")
+    @s.job("* * * * * *", max_late="3s", catch_up="all")
     def tick(run: Run) -> None:
         slots.append(run.slot)
 
@@ -132,6 +133,8 @@ async def test_T6_catch_up_claims_recent_slots_on_start() -> None:
         await eventually(lambda: len(slots) >= 3, 3)
     assert min(slots) >= now - 3000
     assert min(slots) <= now - 2000, f"catch-up missed recent slots: {sorted(slots)}"
+    records = {r.slot: r for r in await store.history("tick", 100)}
+    assert all(records[slot].status is RunStatus.SUCCEEDED for slot in slots), records
 
 
 class ForgetfulMemory(MemoryStore):
@@ -454,7 +457,9 @@ async def test_once_late_slot_is_not_run() -> None:
     store = MemoryStore.create()
     async with anarchon.once(store, "old", 1000, max_late="1s") as run:
         assert run is None
-    assert store.raw_run("old", 1000) is None
+    record = store.raw_run("old", 1000)
+    assert record is not None and record.status is RunStatus.SKIPPED, record
+    assert record.error is not None and record.error.startswith("late: "), record
     assert Outcome.LATE.value == "late"
 
 

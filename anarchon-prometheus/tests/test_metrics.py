@@ -61,9 +61,12 @@ async def test_claims_by_outcome_takeovers_and_latency(
         assert await decide(store, a) is Outcome.WON
         assert await decide(store, b) is Outcome.RUNNING
         old = ClaimRequest(job="report", slot=slot - 600_000, instance="b", max_late_ms=1_000)
-        assert await decide(store, old) is Outcome.LATE
+        assert await decide(store, old) is Outcome.SKIPPED
         nxt = ClaimRequest(job="report", slot=slot + 1000, instance="b", max_late_ms=5_000)
-        assert await decide(store, nxt) is Outcome.OVERLAP
+        assert await decide(store, nxt) is Outcome.SKIPPED
+        # Another instance hears of the same skip: counted as a claim, not as a second skip.
+        again = ClaimRequest(job="report", slot=slot + 1000, instance="c", max_late_ms=5_000)
+        assert await decide(store, again) is Outcome.SKIPPED
         testing.force_expire(tmp_path / "m.db", "cron", "report", slot)
         c = ClaimRequest(job="report", slot=slot, instance="c", max_late_ms=5_000)
         assert await decide(store, c) is Outcome.WON
@@ -72,10 +75,12 @@ async def test_claims_by_outcome_takeovers_and_latency(
     claims = "anarchon_claims_total"
     assert value(registry, claims, job="report", outcome="won") == 2
     assert value(registry, claims, job="report", outcome="running") == 1
-    assert value(registry, claims, job="report", outcome="late") == 1
-    assert value(registry, claims, job="report", outcome="overlap") == 1
+    assert value(registry, claims, job="report", outcome="skipped") == 3
+    skips = "anarchon_skips_total"
+    assert value(registry, skips, job="report", kind="late") == 1
+    assert value(registry, skips, job="report", kind="overlap") == 1
     assert value(registry, "anarchon_takeovers_total", job="report") == 1
-    assert value(registry, "anarchon_claim_latency_seconds_count", job="report") == 5
+    assert value(registry, "anarchon_claim_latency_seconds_count", job="report") == 6
     assert 0 < value(registry, "anarchon_claim_latency_seconds_sum", job="report") < 5
 
 

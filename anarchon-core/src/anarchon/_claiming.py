@@ -131,7 +131,7 @@ class Claimer:
         answer = await self.call(
             "claim", lambda: claim(request), give_up=self._late(request)
         ) or self._unreachable(request)
-        self._decided(request, answer, started)
+        self.decided(request, answer, started)
         return answer
 
     async def claim_many(
@@ -145,13 +145,27 @@ class Claimer:
         )
         result = answers if answers is not None else [self._unreachable(r) for r in requests]
         for request, answer in zip(requests, result, strict=True):
-            self._decided(request, answer, started)
+            self.decided(request, answer, started)
         return result
 
-    def _decided(self, request: ClaimRequest, claim: Claim, started: float) -> None:
+    def decided(self, request: ClaimRequest, claim: Claim, started: float) -> None:
+        """Log the answer (won and skipped at INFO, with structured fields; the rest at DEBUG)
+        and tell the observers (`anarchon_claim_decided`)."""
         latency_ms = (time.perf_counter() - started) * 1000
-        level = logging.INFO if claim.won else logging.DEBUG
+        skipped = claim.outcome is Outcome.SKIPPED
+        level = logging.INFO if claim.won or skipped else logging.DEBUG
         if log.isEnabledFor(level):
+            fields: dict[str, object] = {
+                "job": request.job,
+                "slot": request.slot,
+                "outcome": str(claim.outcome),
+                "attempt": claim.attempt,
+                "instance": request.instance,
+                "latency_ms": round(latency_ms, 3),
+            }
+            if skipped:
+                fields["skip"] = claim.skip_kind
+                fields["reason"] = claim.reason
             log.log(
                 level,
                 "claim %s@%s: %s (attempt %s)%s",
@@ -160,14 +174,7 @@ class Claimer:
                 claim.outcome,
                 claim.attempt,
                 f": {claim.reason}" if claim.reason else "",
-                extra={
-                    "job": request.job,
-                    "slot": request.slot,
-                    "outcome": str(claim.outcome),
-                    "attempt": claim.attempt,
-                    "instance": request.instance,
-                    "latency_ms": round(latency_ms, 3),
-                },
+                extra=fields,
             )
         self.events.claim_decided(
             store=self.health.store_name, request=request, claim=claim, latency_ms=latency_ms

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from ._catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
 from ._durations import to_ms
 from ._errors import ConfigError
 from ._names import check_name
@@ -43,6 +44,11 @@ class Settings:
     """A store call that takes longer is treated as a transport error and resent (same token)."""
     health_port: int | None = None
     """Serve ``/healthz`` and ``/readyz`` on this port (all interfaces) while started."""
+    catch_up: CatchUp = DEFAULT_CATCH_UP
+    """The jobs' default catch-up policy (T6): ``latest``, ``all`` or ``none``."""
+    fail_fast: bool = False
+    """`start()` fails when the store does not answer within ``start_timeout``; by default it
+    starts degraded (not ready) and connects in the background."""
 
 
 _DURATIONS = {
@@ -51,7 +57,7 @@ _DURATIONS = {
     "start_timeout": "start_timeout_ms",
     "claim_timeout": "claim_timeout_ms",
 }
-_NAMES = ("store", "instance", "prefix", "health_port", *_DURATIONS)
+_NAMES = ("store", "instance", "prefix", "health_port", "catch_up", "fail_fast", *_DURATIONS)
 
 
 def _find_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
@@ -109,6 +115,10 @@ def load_settings(
             values[key] = _port(value, source)
         elif key == "prefix":
             values[key] = check_name(value, what=f"prefix (from {source})")
+        elif key == "catch_up":
+            values[key] = parse_catch_up(value, where=f"catch_up (from {source})")
+        elif key == "fail_fast":
+            values[key] = _flag(value, key, source)
         else:
             if not isinstance(value, str) or not value:
                 raise ConfigError(
@@ -116,6 +126,17 @@ def load_settings(
                 )
             values[key] = value
     return Settings(**values)
+
+
+def _flag(value: Any, key: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else ""
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{key} (from {source}) must be true or false (1/0, yes/no), got {value!r}")
 
 
 def _port(value: Any, source: str) -> int:

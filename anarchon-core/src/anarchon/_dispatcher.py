@@ -1,15 +1,22 @@
 """`Dispatcher`: the running half of a `Scheduler`. It fires each slot by the store-corrected
 clock (T2, T5, T6), claims it, starts the winners' executions (F1) and the backups' checks
-(L10), and has the store prepare slots ahead where it can (`SupportsPrepare`)."""
+(L10), and has the store prepare slots ahead where it can (`SupportsPrepare`).
+
+Slots reached on time go out together (one `claim_many` for all jobs of a slot). A job whose
+slots pile up (at start, after a stall, a clock jump or a wait for the store) gets a *lane*: a
+queue that decides its slots one at a time in slot order, by its catch-up policy (T6), and
+records the late ones skipped, so that no slot vanishes from the ledger."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._catch_up import CatchUp, late_skip, missed_skip
 from ._claiming import TRANSPORT_ERRORS, Claimer, StoreHealth
 from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
 from ._clock import StoreClock
@@ -19,13 +26,16 @@ from ._timetable import Timetable
 from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsPrepare
 from .plugins import PluginManager
 
-__all__ = ["CLOCK_REFRESH_S", "MAX_SLEEP_S", "Dispatcher"]
+__all__ = ["CATCH_UP_POLL_MS", "CLOCK_REFRESH_S", "MAX_SLEEP_S", "Dispatcher"]
 
 log = logging.getLogger("anarchon.scheduler")
 
 MAX_SLEEP_S = 1.0
 """The dispatcher never sleeps longer than this, so a wall-clock jump is seen within a second (T5)."""
 CLOCK_REFRESH_S = 60.0
+CATCH_UP_POLL_MS = 200
+"""With catch_up ``all``, an instance waiting for another's catch-up run to end checks at least
+this often (a plain read, L10), so the job's next missed slot follows soon after."""
 
 
 class Dispatcher:
@@ -56,6 +66,9 @@ class Dispatcher:
         self.last_claims: dict[str, tuple[int, Claim]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        # Per job with a backlog: its slots waiting, ("due" | "late", slot), in slot order.
+        self._lanes: dict[str, collections.deque[tuple[str, int]]] = {}
+        self._jobs: Mapping[str, JobSpec] = {}
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -75,11 +88,15 @@ class Dispatcher:
         else:
             log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
 
-    async def run(self, jobs: Mapping[str, JobSpec], stop: asyncio.Event) -> None:
+    async def run(
+        self, jobs: Mapping[str, JobSpec], stop: asyncio.Event, *, since_ms: int | None = None
+    ) -> None:
         """One timer for all jobs: sleep on the monotonic clock until the earliest slot (or
         preparation) is reached by the store-corrected clock (T2), never earlier; the timetable
-        fires each job's slots in order, so a backward jump never fires one twice (T5)."""
+        fires each job's slots in order, so a backward jump never fires one twice (T5).
+        `since_ms`: when the instance came up, for the slots it must decide at start (T6)."""
         self._stop = stop
+        self._jobs = jobs
         store = self.store
         ahead = store.prepare_ahead_ms if isinstance(store, SupportsPrepare) else 0
         timetable = Timetable(
@@ -87,6 +104,7 @@ class Dispatcher:
             self.store_clock.now_ms(),
             clock_skew_ms=self.clock_skew_ms,
             prepare_ahead_ms=ahead,
+            since_ms=since_ms,
         )
         next_refresh = time.monotonic() + CLOCK_REFRESH_S
         while timetable:
@@ -98,13 +116,82 @@ class Dispatcher:
                 self.spawn(self._prepare(names, slot), f"anarchon-prepare-{slot}")
             due = timetable.slot_due(now)
             if due is not None:
-                slot, fresh = due
-                if fresh:
-                    self.spawn(self._claim_slot(fresh, slot), f"anarchon-slot-{slot}")
+                for name, late in due.late.items():
+                    self._to_lane(name, [("late", slot) for slot in late])
+                on_time = []
+                for spec in due.fresh:
+                    if spec.name in self._lanes or self._missed(spec, due.slot, now):
+                        self._to_lane(spec.name, [("due", due.slot)])
+                    else:
+                        on_time.append(spec)
+                if on_time:
+                    self.spawn(self._claim_slot(on_time, due.slot), f"anarchon-slot-{due.slot}")
                 continue
             wake_at = timetable.wake_at()
             assert wake_at is not None
             await asyncio.sleep(min(max(wake_at - now, 0) / 1000, MAX_SLEEP_S))
+
+    def _missed(self, spec: JobSpec, slot: int, now: int) -> bool:
+        """A later slot of the job is already due: `slot` was reached late (T6)."""
+        assert spec.schedule is not None
+        return spec.schedule.next_slot(slot) <= now
+
+    def _to_lane(self, name: str, items: Sequence[tuple[str, int]]) -> None:
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = collections.deque()
+            self.spawn(self._drain(name, lane), f"anarchon-lane-{name}")
+        lane.extend(items)
+
+    async def _drain(self, name: str, lane: collections.deque[tuple[str, int]]) -> None:
+        """Decide a job's waiting slots one at a time, in slot order; the lane closes when it
+        is empty, and the job's slots go out with the others again."""
+        spec = self._jobs[name]
+        try:
+            while lane and not self._stop.is_set():
+                kind, slot = lane.popleft()
+                now = self.store_clock.now_ms()
+                if kind == "late":
+                    await self._claim_one(spec, slot, skip=late_skip(now - slot, spec.max_late_ms))
+                elif self._missed(spec, slot, now):
+                    await self._catch_up(spec, slot, now)
+                else:
+                    await self._claim_one(spec, slot)
+        finally:
+            if self._lanes.get(name) is lane:
+                del self._lanes[name]
+
+    async def _catch_up(self, spec: JobSpec, slot: int, now: int) -> None:
+        """A missed slot, by the job's policy: ``all`` runs it to its end here or waits for
+        whoever holds it; ``latest`` and ``none`` record it skipped."""
+        policy = spec.catch_up or CatchUp.LATEST
+        if policy is not CatchUp.ALL:
+            assert spec.schedule is not None
+            newest = spec.schedule.next_slot(slot)
+            while (after := spec.schedule.next_slot(newest)) <= now:
+                newest = after
+            await self._claim_one(spec, slot, skip=missed_skip(policy, newest))
+            return
+        execution = await self._claim_one(spec, slot, wait=True)
+        if execution is not None:
+            await execution.done.wait()
+
+    async def _claim_one(
+        self, spec: JobSpec, slot: int, *, skip: str | None = None, wait: bool = False
+    ) -> Execution | None:
+        """Claim one slot of a job. Won: start the run (returned, so a caller may wait for
+        it). Running: back up the holder (L10), in the background, or here with `wait`."""
+        request = self._request(spec, slot, skip=skip)
+        sent_at = time.monotonic()
+        claim = await self.claimer.claim(self.store.claim, request)
+        self.last_claims[spec.name] = (slot, claim)
+        if claim.won:
+            return await self._execute(spec, request, claim, sent_at)
+        if claim.outcome is Outcome.RUNNING and isinstance(self.store, LeaseStore):
+            if wait:
+                return await self._backup(spec, slot, poll_ms=CATCH_UP_POLL_MS)
+            self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+        return None
 
     async def _prepare(self, jobs: Sequence[str], slot: int) -> None:
         """The store's groundwork for a coming slot. Best effort: a failure is logged and the
@@ -128,16 +215,17 @@ class Dispatcher:
                 extra={"slot": slot},
             )
 
-    def _request(self, spec: JobSpec, slot: int, token: str | None = None) -> ClaimRequest:
+    def _request(self, spec: JobSpec, slot: int, *, skip: str | None = None) -> ClaimRequest:
         return ClaimRequest(
             job=spec.name,
             slot=slot,
-            token=token or new_token(),
+            token=new_token(),
             instance=self.instance,
             lease_ms=spec.lease_ms,
             max_late_ms=spec.max_late_ms,
             overlap=spec.overlap or Overlap.ALLOW,
             attempts=spec.attempts,
+            skip_reason=skip,
         )
 
     async def _claim_slot(self, specs: Sequence[JobSpec], slot: int) -> None:
@@ -159,7 +247,7 @@ class Dispatcher:
 
     async def _execute(
         self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
-    ) -> None:
+    ) -> Execution:
         execution = Execution(
             spec=spec,
             body=lambda run: call_job(spec, run),
@@ -181,16 +269,21 @@ class Dispatcher:
             self.executions.discard(execution)
 
         task.add_done_callback(finished)
+        return execution
 
-    async def _backup(self, spec: JobSpec, slot: int) -> None:
-        """L10: check every heartbeat until the run is done or this instance wins a takeover."""
+    async def _backup(
+        self, spec: JobSpec, slot: int, *, poll_ms: int | None = None
+    ) -> Execution | None:
+        """L10: check every heartbeat (or `poll_ms`, if sooner) until the run is done or this
+        instance wins a takeover; returns the takeover's execution."""
         store = self.store
         assert isinstance(store, LeaseStore)
         request = self._request(spec, slot)
+        every_ms = spec.heartbeat_ms if poll_ms is None else min(poll_ms, spec.heartbeat_ms)
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), spec.heartbeat_ms / 1000)
-                return
+                await asyncio.wait_for(self._stop.wait(), every_ms / 1000)
+                return None
             except asyncio.TimeoutError:
                 pass
             sent_at = time.monotonic()
@@ -198,11 +291,11 @@ class Dispatcher:
                 "check", lambda: store.check(request), give_up=lambda: False
             )
             if claim is None:
-                return
+                return None
             if claim.won:
                 self.last_claims[spec.name] = (slot, claim)
-                self.claimer._decided(request, claim, time.perf_counter())
-                await self._execute(spec, request, claim, sent_at)
-                return
+                self.claimer.decided(request, claim, time.perf_counter())
+                return await self._execute(spec, request, claim, sent_at)
             if claim.outcome is not Outcome.RUNNING:
-                return
+                return None
+        return None

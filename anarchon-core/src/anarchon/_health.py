@@ -58,6 +58,9 @@ class Health:
     """When the scheduler started, epoch ms; None when it is not running."""
     store_reachable: bool
     """False from the first failed store call of an outage until a call succeeds again."""
+    store_open: bool = True
+    """The store has been opened and the jobs dispatched; False while a degraded start waits
+    for it."""
     store_down_since: int | None
     """Start of the current outage, epoch ms; None when the store answers."""
     last_error: str | None
@@ -77,8 +80,8 @@ class Health:
 
     @property
     def ready(self) -> bool:
-        """Started, and the store answers: the instance can win runs."""
-        return self.started and self.store_reachable
+        """Started, the store opened, and it answers: the instance can win runs."""
+        return self.started and self.store_open and self.store_reachable
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: enums as strings, times as epoch ms."""

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from ._capabilities import Capabilities
+from ._catch_up import CatchUp, parse_catch_up
 from ._claims import MAX_ATTEMPTS, Overlap
 from ._durations import DurationLike, to_ms
 from ._errors import ConfigError, StoreUnavailable
@@ -42,6 +43,8 @@ class JobSpec:
     overlap: Overlap | None
     """None: `skip` where the store supports it, `allow` elsewhere."""
     attempts: int
+    catch_up: CatchUp | None = None
+    """What becomes of missed slots (T6); None: the scheduler's default."""
 
 
 def _takes_run(func: Callable[..., Any], name: str) -> bool:
@@ -73,6 +76,7 @@ def make_job(
     overlap: str | Overlap | None,
     attempts: int,
     heartbeat: DurationLike | None,
+    catch_up: str | CatchUp | None = None,
 ) -> JobSpec:
     """Validate every setting of a job, naming the job and the setting in the error."""
     job_name = check_name(name if name is not None else getattr(func, "__name__", ""))
@@ -115,6 +119,7 @@ def make_job(
         max_late_ms=max_late_ms,
         overlap=overlap_value,
         attempts=attempts,
+        catch_up=None if catch_up is None else parse_catch_up(catch_up, where=where),
     )
 
 

@@ -8,13 +8,16 @@ import os
 import secrets
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
+import attrs
 from typing_extensions import Self
 
+from ._catch_up import CatchUp
 from ._claiming import Claimer, StoreHealth
 from ._claims import Claim, Overlap
 from ._clock import LocalClock, StoreClock, SystemClock
@@ -26,6 +29,7 @@ from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._jobs import JobSpec, fit_to_store, make_job, set_up_jobs
 from ._runner import Execution
+from ._urls import redact
 from .abc import ClaimStore
 from .plugins import PluginManager, plugin_manager
 
@@ -34,6 +38,9 @@ __all__ = ["Scheduler", "default_instance_id"]
 log = logging.getLogger("anarchon.scheduler")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_CONNECT_DELAY_S = 5.0
+"""A degraded scheduler retries opening its store at least this often."""
 
 
 def default_instance_id() -> str:
@@ -63,6 +70,8 @@ class Scheduler:
         start_timeout: DurationLike | None = None,
         claim_timeout: DurationLike | None = None,
         health_port: int | None = None,
+        catch_up: str | CatchUp | None = None,
+        fail_fast: bool | None = None,
         clock: LocalClock | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -76,6 +85,8 @@ class Scheduler:
                 "start_timeout": start_timeout,
                 "claim_timeout": claim_timeout,
                 "health_port": health_port,
+                "catch_up": catch_up,
+                "fail_fast": fail_fast,
             },
             environ=environ,
         )
@@ -123,6 +134,8 @@ class Scheduler:
         self._started = False
         self._started_at: int | None = None
         self._health_server: HealthServer | None = None
+        self._store_open = False
+        self._connecting: asyncio.Task[None] | None = None
 
     @property
     def executions(self) -> set[Execution]:
@@ -146,6 +159,7 @@ class Scheduler:
         overlap: str | Overlap | None = None,
         attempts: int = 3,
         heartbeat: DurationLike | None = None,
+        catch_up: str | CatchUp | None = None,
     ) -> Callable[[F], F]:
         """Decorator: run the function at each slot of `cron` (5 fields, or 6 with seconds first)
         in zone `tz`, on exactly one instance.
@@ -154,7 +168,11 @@ class Scheduler:
         often it renews (default lease / 3); max_late: how long after its slot a run may still
         start (default the job's interval, at most 60 s); overlap: ``"skip"`` a slot while an
         earlier run still holds a lease (default where the store supports it) or ``"allow"``;
-        attempts: how many instances may try a run in turn after crashes (default 3).
+        attempts: how many instances may try a run in turn after crashes (default 3);
+        catch_up: what becomes of slots reached late, at start or after a stall (T6):
+        ``"latest"`` runs the newest and records the older ones skipped (``coalesced``; the
+        scheduler's default unless set), ``"all"`` runs each within max_late one after another,
+        ``"none"`` records them skipped.
         """
 
         def register(func: F) -> F:
@@ -168,6 +186,7 @@ class Scheduler:
                 overlap=overlap,
                 attempts=attempts,
                 heartbeat=heartbeat,
+                catch_up=catch_up,
             )
             return func
 
@@ -186,6 +205,7 @@ class Scheduler:
                 "overlap": None,
                 "attempts": 3,
                 "heartbeat": None,
+                "catch_up": None,
                 **settings,
             },
         )
@@ -197,40 +217,119 @@ class Scheduler:
         return spec
 
     def _check_job(self, spec: JobSpec) -> JobSpec:
-        """T3 and the overlap rule, against the store's capabilities (at start)."""
-        return fit_to_store(
+        """T3 and the overlap rule, against the store's capabilities (at start); the catch-up
+        default resolved from the settings."""
+        fitted = fit_to_store(
             spec,
             self.store.capabilities,
             store_name=self.store_name,
             clock_skew_ms=self.settings.clock_skew_ms,
         )
+        if fitted.catch_up is None:
+            fitted = attrs.evolve(fitted, catch_up=self.settings.catch_up)
+        return fitted
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store (retrying up to `start_timeout`), check every job against it (T3, and
-        `SupportsJobSetup`: a conflict refuses the start with `ConfigError`), begin dispatching."""
+        """Check every job against the store (T3), open the store, set the jobs up
+        (`SupportsJobSetup`: a conflict refuses the start with `ConfigError`), begin dispatching.
+
+        A store that does not answer does not fail the start (unless ``fail_fast``): the
+        scheduler starts degraded, not ready (`health().ready` is False), opens the store in
+        the background with backoff, and claims as soon as it answers, deciding the slots that
+        fell due meanwhile (T6). Errors that retrying cannot fix (`ConfigError`: refused
+        credentials, bad options) fail at once either way."""
         if self._started:
             return
         self.jobs = {name: self._check_job(spec) for name, spec in self.jobs.items()}
-        await self._open_store()
-        try:
-            await set_up_jobs(self.store, self.jobs, store_name=self.store_name)
-        except ConfigError:
-            if self._owns_store:
-                await self.store.close()
-            raise
-        await self.store_clock.measure()
-        self._started = True
+        since_ms = self.store_clock.now_ms()
         # Events are made for the running loop; a stop asked for while the store was opening
         # (a SIGTERM during start) carries over.
         self._stop = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
         self.claimer.stopping = asyncio.Event()
-        self._dispatcher = asyncio.create_task(
-            self.dispatcher.run(self.jobs, self._stop), name="anarchon-dispatcher"
-        )
+        try:
+            await self._open_store(first_only=not self.settings.fail_fast)
+        except StoreUnavailable as exc:
+            if self.settings.fail_fast:
+                raise
+            self.store_health.failed("open", exc)
+            log.warning(
+                "scheduler %s starts degraded: store %s does not answer (%s); not ready, "
+                "connecting in the background",
+                self.instance,
+                self.store_name,
+                self.store_health.last_error,
+                extra={"instance": self.instance, "store": self.store_name},
+            )
+            self._mark_started()
+            self._connecting = asyncio.create_task(
+                self._connect_later(since_ms), name="anarchon-connect"
+            )
+            return
+        self._mark_started()
+        await self._begin(since_ms)
+
+    def _mark_started(self) -> None:
+        self._started = True
         self._started_at = time.time_ns() // 1_000_000
+
+    async def _connect_later(self, since_ms: int) -> None:
+        """Degraded start: open the store with backoff until it answers, then begin."""
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+                return
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, MAX_CONNECT_DELAY_S)
+            try:
+                await asyncio.wait_for(self.store.open(), self.settings.claim_timeout_ms / 1000)
+            except (StoreUnavailable, asyncio.TimeoutError, TimeoutError, ConnectionError) as exc:
+                self.store_health.failed("open", exc)
+                continue
+            except ConfigError as exc:
+                self.store_health.last_error = redact(str(exc))
+                log.error(
+                    "scheduler %s cannot use store %s: %s; it stays not ready (fix the setting "
+                    "and restart)",
+                    self.instance,
+                    self.store_name,
+                    self.store_health.last_error,
+                    extra={"instance": self.instance, "store": self.store_name},
+                )
+                return
+            self.store_health.ok()
+            try:
+                await self._begin(since_ms)
+            except ConfigError as exc:
+                self.store_health.last_error = redact(str(exc))
+                log.error(
+                    "scheduler %s: %s; it stays not ready",
+                    self.instance,
+                    self.store_health.last_error,
+                    extra={"instance": self.instance},
+                )
+            return
+
+    async def _begin(self, since_ms: int) -> None:
+        """With the store open: set the jobs up, measure the store's clock, start dispatching
+        from `since_ms` (when `start()` was called)."""
+        try:
+            await set_up_jobs(self.store, self.jobs, store_name=self.store_name)
+        except ConfigError:
+            if self._owns_store:
+                await self.store.close()
+            self._started = False
+            raise
+        self._store_open = True
+        await self.store_clock.measure()
+        self._dispatcher = asyncio.create_task(
+            self.dispatcher.run(self.jobs, self._stop, since_ms=since_ms),
+            name="anarchon-dispatcher",
+        )
         if self.settings.health_port is not None and self._health_server is None:
             await self.serve_health(self.settings.health_port)
         log.info(
@@ -243,14 +342,17 @@ class Scheduler:
         )
         self.events.scheduler_started(scheduler=self)
 
-    async def _open_store(self) -> None:
+    async def _open_store(self, *, first_only: bool = False) -> None:
+        """Open the store, retrying up to ``start_timeout``; with `first_only`, one bounded try."""
         deadline = time.monotonic() + self.settings.start_timeout_ms / 1000
         delay = 0.1
         while True:
             try:
-                await self.store.open()
+                await asyncio.wait_for(self.store.open(), self.settings.start_timeout_ms / 1000)
                 return
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, asyncio.TimeoutError, TimeoutError) as exc:
+                if first_only:
+                    raise StoreUnavailable(str(exc) or "timed out") from None
                 if time.monotonic() + delay > deadline:
                     raise StoreUnavailable(
                         f"store {self.store_name} did not answer within "
@@ -269,6 +371,10 @@ class Scheduler:
         self._stop_requested = False
         self._stop.set()
         self.claimer.stopping.set()
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
+            self._connecting = None
         if self._dispatcher is not None:
             self._dispatcher.cancel()
         pending = [e.done.wait() for e in self.executions]
@@ -293,6 +399,8 @@ class Scheduler:
             await self._health_server.close()
             self._health_server = None
         self._started_at = None
+        self._store_open = False
+        self._dispatcher = None
         log.info("scheduler %s stopped", self.instance, extra={"instance": self.instance})
 
     async def serve(self) -> None:
@@ -316,12 +424,29 @@ class Scheduler:
         await self.stop()
 
     def run(self) -> None:
-        """Block until SIGINT or SIGTERM, then stop gracefully."""
+        """Block until SIGINT or SIGTERM, then stop gracefully.
+
+        It runs its own event loop: inside async code (a running loop) use ``await
+        scheduler.serve()`` or ``async with scheduler:`` instead. Off the main thread it runs
+        too, without signal handlers (only the main thread gets signals): stop it with
+        `request_stop()` called on its loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Scheduler.run() blocks and runs its own event loop, but it was called inside a "
+                "running one; in async code use `await scheduler.serve()` or "
+                "`async with scheduler: ...` (FastAPI: in the lifespan)"
+            )
+        on_main = threading.current_thread() is threading.main_thread()
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.request_stop)
+            if on_main:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, self.request_stop)
             await self.serve()
 
         asyncio.run(main())
@@ -345,6 +470,7 @@ class Scheduler:
             store=self.store_name,
             started=self._started,
             started_at=self._started_at,
+            store_open=self._store_open,
             store_reachable=store.down_since is None,
             store_down_since=wall_ms(store.down_since),
             last_error=store.last_error,

@@ -106,6 +106,8 @@ class OtelObserver:
             attributes["anarchon.holder"] = claim.holder
         if claim.reason:
             attributes["anarchon.reason"] = claim.reason
+        if claim.skip_kind is not None:
+            attributes["anarchon.skip"] = claim.skip_kind
         span = self.tracer.start_span(
             "anarchon.claim",
             kind=SpanKind.CLIENT,
@@ -114,6 +116,8 @@ class OtelObserver:
         )
         span.end(end_time=end)
         labels = {"anarchon.job": request.job, "anarchon.outcome": str(claim.outcome)}
+        if claim.skip_kind is not None:
+            labels["anarchon.skip"] = claim.skip_kind
         self.claims.add(1, labels)
         self.claim_duration.record(latency_ms / 1000, {"anarchon.job": request.job})
         if claim.won and claim.attempt > 1:

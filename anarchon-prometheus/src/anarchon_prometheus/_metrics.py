@@ -82,6 +82,13 @@ class PrometheusMetrics:
         self.claims = Counter(
             "anarchon_claims", "Claims decided, by job and outcome", ["job", "outcome"], registry=r
         )
+        self.skips = Counter(
+            "anarchon_skips",
+            "Slots this instance decided not to run and recorded so (the ledger), by job and kind: "
+            "overlap, late, coalesced",
+            ["job", "kind"],
+            registry=r,
+        )
         self.takeovers = Counter(
             "anarchon_takeovers",
             "Runs this instance won by taking over an expired lease (won, attempt > 1)",
@@ -144,6 +151,8 @@ class PrometheusMetrics:
         self, request: ClaimRequest, claim: Claim, latency_ms: float
     ) -> None:
         self.claims.labels(request.job, str(claim.outcome)).inc()
+        if claim.skip_kind is not None and claim.token == request.token:
+            self.skips.labels(request.job, claim.skip_kind).inc()
         self.claim_latency.labels(request.job).observe(latency_ms / 1000)
         if claim.won and claim.attempt > 1:
             self.takeovers.labels(request.job).inc()

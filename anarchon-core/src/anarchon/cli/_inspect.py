@@ -138,7 +138,7 @@ def parse_since(text: str, now_ms: int) -> int:
     unless it has an offset); epoch ms."""
     if text.strip()[:1].isdigit() and not any(c in text for c in "-:T"):
         return now_ms - to_ms(text, what="--since")
-    return parse_after(text, "UTC")
+    return parse_after(text, "UTC", option="--since")
 
 
 def check_file(parsed: StoreURL) -> None:
@@ -241,8 +241,9 @@ def history(
 # -- next -------------------------------------------------------------------------------------
 
 
-def parse_after(text: str, tz: str) -> int:
-    """An ISO 8601 time in epoch ms; without an offset it is a wall time in zone `tz`."""
+def parse_after(text: str, tz: str, *, option: str = "--after") -> int:
+    """An ISO 8601 time in epoch ms; without an offset it is a wall time in zone `tz`. `option`
+    names the command-line option in the error."""
     cleaned = text.strip()
     if cleaned.endswith(("Z", "z")):
         cleaned = cleaned[:-1] + "+00:00"
@@ -250,8 +251,10 @@ def parse_after(text: str, tz: str) -> int:
         when = datetime.fromisoformat(cleaned)
     except ValueError:
         raise ConfigError(
-            f"--after {text!r} is not an ISO 8601 time; write for example 2025-03-30T01:30 "
-            "(in --tz) or 2025-03-30T01:30:00+02:00 or 2025-03-30T00:00Z"
+            f"{option} {text!r} is not an ISO 8601 time; write for example 2025-03-30T01:30"
+            + (" (in --tz)" if option == "--after" else " (UTC)")
+            + " or 2025-03-30T01:30:00+02:00 or 2025-03-30T00:00Z"
+            + (", or a duration back from now such as 90m or 2d" if option == "--since" else "")
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=ZoneInfo(tz))
