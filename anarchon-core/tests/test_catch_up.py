@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from core_helpers import ShiftedClock, eventually
@@ -153,6 +153,52 @@ def test_T5_late_slots_recorded_are_bounded() -> None:
     late = due.late["tick"]
     assert len(late) == LATE_RECORDS_MAX and late == sorted(late)
     assert late[-1] < 3_600_000 - 1000 <= late[-1] + 1000, "the newest late slots are kept"
+
+
+class Outage(MemoryStore):
+    """Every claim fails while `down` is set, as a store cut off for a while."""
+
+    down = False
+
+    async def claim(self, request: ClaimRequest) -> anarchon.Claim:
+        if Outage.down:
+            raise StoreUnavailable("connection refused by the test")
+        return await super().claim(request)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[anarchon.Claim]:
+        return [await self.claim(r) for r in requests]
+
+
+async def test_slots_of_an_outage_are_recorded_late_once_the_store_answers() -> None:
+    store = Outage.create()
+    s = scheduler(store, "a")
+    ran: list[int] = []
+
+    @s.job("* * * * * *", max_late="500ms")
+    def tick(run: Run) -> None:
+        ran.append(run.slot)
+
+    async with s:
+        await eventually(lambda: len(ran) >= 1, 3)
+        Outage.down = True
+        down_from = max(ran) + 1000
+        try:
+            await eventually(lambda: s.health().store_reachable is False, 3)
+            await eventually(
+                lambda: s.last_claims["tick"][0] >= down_from + 2000, 5, "slots while down"
+            )
+        finally:
+            Outage.down = False
+        up_at = await store.now_ms()
+        await eventually(lambda: max(ran) > up_at, 3, "a run after the outage")
+        await eventually(
+            lambda: store.raw_run("tick", down_from) is not None, 3, "the outage recorded"
+        )
+    records = await ledger(store, "tick")
+    outage = range(down_from, up_at - 1000, 1000)
+    assert all(slot in records for slot in outage), (list(outage), sorted(records))
+    assert records[down_from].status is RunStatus.SKIPPED
+    assert (records[down_from].error or "").startswith("late: "), records[down_from]
 
 
 class Recorder:

@@ -14,7 +14,7 @@ from ._errors import AnarchonError, StoreUnavailable
 from ._urls import redact
 from .plugins import PluginManager
 
-__all__ = ["TRANSPORT_ERRORS", "Claimer", "StoreHealth"]
+__all__ = ["TRANSPORT_ERRORS", "UNANSWERED", "Claimer", "StoreHealth"]
 
 log = logging.getLogger("anarchon.store")
 
@@ -22,6 +22,10 @@ TRANSPORT_ERRORS = (StoreUnavailable, asyncio.TimeoutError, TimeoutError, Connec
 """Errors after which a claim may be resent with the same token."""
 
 T = TypeVar("T")
+
+UNANSWERED = "the store did not answer before the slot turned late"
+"""How the reason of a `late` answer the claimer made up itself starts: the store was down, so
+nothing is recorded yet (the dispatcher records the slot once the store answers again)."""
 
 
 class StoreHealth:
@@ -120,7 +124,7 @@ class Claimer:
     def _unreachable(self, request: ClaimRequest) -> Claim:
         return Claim(
             outcome=Outcome.LATE,
-            reason=f"the store did not answer before the slot turned late: {self.health.last_error}",
+            reason=f"{UNANSWERED}: {self.health.last_error}",
         )
 
     async def claim(

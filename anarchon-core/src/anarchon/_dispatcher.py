@@ -16,8 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._catch_up import CatchUp, late_skip, missed_skip
-from ._claiming import TRANSPORT_ERRORS, Claimer, StoreHealth
+from ._catch_up import LATE_RECORDS_MAX, CatchUp, late_skip, missed_skip
+from ._claiming import TRANSPORT_ERRORS, UNANSWERED, Claimer, StoreHealth
 from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
 from ._clock import StoreClock
 from ._jobs import JobSpec, call_job
@@ -69,6 +69,9 @@ class Dispatcher:
         # Per job with a backlog: its slots waiting, ("due" | "late", slot), in slot order.
         self._lanes: dict[str, collections.deque[tuple[str, int]]] = {}
         self._jobs: Mapping[str, JobSpec] = {}
+        # Per job, slots that turned late while the store did not answer: recorded skipped
+        # (late) once it answers again, so an outage leaves no hole in the ledger.
+        self._unrecorded: dict[str, list[int]] = {}
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -184,7 +187,7 @@ class Dispatcher:
         request = self._request(spec, slot, skip=skip)
         sent_at = time.monotonic()
         claim = await self.claimer.claim(self.store.claim, request)
-        self.last_claims[spec.name] = (slot, claim)
+        self._note(spec.name, slot, claim)
         if claim.won:
             return await self._execute(spec, request, claim, sent_at)
         if claim.outcome is Outcome.RUNNING and isinstance(self.store, LeaseStore):
@@ -192,6 +195,19 @@ class Dispatcher:
                 return await self._backup(spec, slot, poll_ms=CATCH_UP_POLL_MS)
             self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
         return None
+
+    def _note(self, name: str, slot: int, claim: Claim) -> None:
+        """Keep the answer for `health()`. A slot the store never answered for is kept to be
+        recorded later; once the store answers again, the kept slots go to the job's lane."""
+        self.last_claims[name] = (slot, claim)
+        kept = self._unrecorded.get(name)
+        if claim.outcome is Outcome.LATE and claim.reason.startswith(UNANSWERED):
+            kept = self._unrecorded.setdefault(name, [])
+            kept.append(slot)
+            del kept[:-LATE_RECORDS_MAX]
+        elif kept:
+            del self._unrecorded[name]
+            self._to_lane(name, [("late", old) for old in kept])
 
     async def _prepare(self, jobs: Sequence[str], slot: int) -> None:
         """The store's groundwork for a coming slot. Best effort: a failure is logged and the
@@ -239,7 +255,7 @@ class Dispatcher:
                 await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
             )
         for spec, request, claim in zip(specs, requests, claims, strict=True):
-            self.last_claims[spec.name] = (slot, claim)
+            self._note(spec.name, slot, claim)
             if claim.won:
                 await self._execute(spec, request, claim, sent_at)
             elif claim.outcome is Outcome.RUNNING and isinstance(store, LeaseStore):
