@@ -98,6 +98,46 @@ elif mode == "long-sync":
                 record(run.slot, run.attempt, "fenced")
                 raise
 
+elif mode == "steps-async":
+    # F1: every step journals whether the run was fenced when it ran; after SIGSTOP past the
+    # lease, no step may run fenced (it is cancelled instead).
+    @scheduler.job("* * * * * *", name="long", lease="1500ms", heartbeat="300ms", max_late="10s")
+    async def steps_async(run: anarchon.Run) -> None:
+        import asyncio
+
+        if not gated(run.slot):
+            return
+        record(run.slot, run.attempt, "started")
+        if run.attempt > 1:
+            record(run.slot, run.attempt, "finished")
+            return
+        try:
+            for _ in range(1200):
+                await asyncio.sleep(0.05)
+                record(run.slot, run.attempt, "step-fenced" if run.fenced else "step")
+        except asyncio.CancelledError:
+            record(run.slot, run.attempt, "cancelled")
+            raise
+
+elif mode == "steps-sync":
+    # F1 at exit: a sync job fenced by the shutdown still runs its except/finally.
+    @scheduler.job("* * * * * *", name="long", lease="20s", heartbeat="1s", max_late="10s")
+    def steps_sync(run: anarchon.Run) -> None:
+        if not gated(run.slot):
+            return
+        record(run.slot, run.attempt, "started")
+        if run.attempt > 1:
+            return
+        try:
+            for _ in range(600):
+                time.sleep(0.5)
+                run.ensure_held()
+        except anarchon.Fenced:
+            record(run.slot, run.attempt, "fenced")
+            raise
+        finally:
+            record(run.slot, run.attempt, "finally")
+
 else:
     raise SystemExit(f"unknown mode {mode}")
 

@@ -161,6 +161,38 @@ def test_sigstop_past_the_lease_then_sigcont_the_old_winner_is_fenced(cluster: C
     assert run.holder != f"pid-{winner}"
 
 
+@pytest.mark.parametrize("round_", range(3))
+def test_F1_after_sigstop_past_the_lease_an_async_job_runs_no_fenced_step(
+    cluster: Cluster, round_: int
+) -> None:
+    cluster.start("steps-async", 2)
+    slot, winner = first_run(cluster)
+    cluster.wait_for(lambda: bool(cluster.rows(f"pid = {winner} AND event = 'step'")), 5, "steps")
+    os.kill(winner, signal.SIGSTOP)
+    takeover = f"slot = {slot} AND attempt = 2 AND event = 'finished'"
+    cluster.wait_for(lambda: bool(cluster.rows(takeover)), 10, "the takeover")
+    os.kill(winner, signal.SIGCONT)
+    mine = f"slot = {slot} AND attempt = 1 AND pid = {winner}"
+    cluster.wait_for(lambda: bool(cluster.rows(f"{mine} AND event = 'cancelled'")), 10, "cancel")
+    fenced_steps = cluster.rows(f"{mine} AND event = 'step-fenced'")
+    assert not fenced_steps, f"the fenced runner worked on: {fenced_steps}"
+    (_, _, _, _, took_over_at) = cluster.rows(f"slot = {slot} AND attempt = 2")[0]
+    late = cluster.rows(f"{mine} AND event = 'step' AND at > {took_over_at}")
+    assert not late, f"steps of the old winner after the takeover: {late}"
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_F1_a_sync_job_fenced_at_exit_runs_its_except_and_finally(
+    cluster: Cluster, round_: int
+) -> None:
+    procs = cluster.start("steps-sync", 1)
+    slot, winner = first_run(cluster)
+    os.kill(winner, signal.SIGTERM)  # grace is 300 ms: the 0.5 s steps outlast it
+    assert procs[0].wait(15) == 0
+    events = [row[3] for row in cluster.rows(f"slot = {slot} AND pid = {winner}")]
+    assert events[-2:] == ["fenced", "finally"], f"the job thread died mid-step: {events}"
+
+
 def test_sigterm_releases_the_lease_so_a_backup_takes_over_at_once(cluster: Cluster) -> None:
     procs = cluster.start("long-lease", 2)
     slot, winner = first_run(cluster)

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from ._claiming import TRANSPORT_ERRORS, StoreHealth
@@ -53,6 +53,45 @@ def _run_in_thread(name: str, func: Callable[[Run], Any], run: Run) -> asyncio.F
 
     threading.Thread(target=target, name=f"anarchon-job-{name}", daemon=True).start()
     return future
+
+
+class _Guarded:
+    """An async job's coroutine, stepped by hand so that each step first checks the lease (F1).
+
+    After a pause longer than the lease (SIGSTOP, a stalled host), the job's own timer may be
+    ready before the heartbeat task that would fence it; asyncio could then resume the job for
+    one more step although the run is already fenced. Here every resumption of the job is
+    preceded by a look at `Run.fenced` (the monotonic deadline too): a fenced run gets
+    `CancelledError` thrown in where it waits, so its ``except``/``finally`` run and no step of
+    its work does."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], run: Run) -> None:
+        self.coro = coro
+        self.run = run
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, run = self.coro, self.run
+        send: Any = None
+        error: BaseException | None = None
+        cancelled = False  # once: the job's own cleanup may await afterwards
+        while True:
+            if not cancelled and run.fenced:
+                cancelled = True
+                error = asyncio.CancelledError(f"fenced: {run.fence_reason}")
+            elif isinstance(error, asyncio.CancelledError):
+                cancelled = True
+            try:
+                waiting = coro.send(send) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                send, error = (yield waiting), None
+            except BaseException as exc:  # noqa: BLE001 - passed on to the job, as asyncio does
+                send, error = None, exc
+
+
+async def _guarded(coro: Coroutine[Any, Any, Any], run: Run) -> Any:
+    return await _Guarded(coro, run)
 
 
 class Execution:
@@ -101,7 +140,7 @@ class Execution:
             extra=self._fields(),
         )
         if spec.is_async:
-            self._job = asyncio.ensure_future(self.body(run))
+            self._job = asyncio.ensure_future(_guarded(self.body(run), run))
         else:
             self._job = _run_in_thread(spec.name, self.body, run)
         heartbeat = asyncio.create_task(self._heartbeat()) if self.store else None

@@ -39,6 +39,9 @@ log = logging.getLogger("anarchon.scheduler")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+FENCED_EXIT_WAIT_S = 5.0
+"""At shutdown, after the grace period, how long runs fenced by the shutdown get to end (a sync
+job must notice `run.fenced` / `ensure_held()` within it) before `stop()` goes on."""
 MAX_CONNECT_DELAY_S = 5.0
 """A degraded scheduler retries opening its store at least this often."""
 
@@ -385,8 +388,17 @@ class Scheduler:
             await asyncio.wait(
                 [asyncio.ensure_future(p) for p in pending], timeout=self.settings.grace_ms / 1000
             )
-            for execution in [e for e in self.executions if not e.done.is_set()]:
+            leftover = [e for e in self.executions if not e.done.is_set()]
+            for execution in leftover:
                 await execution.abandon()
+            if leftover:
+                # Fenced now: async jobs are cancelled; a sync job sees run.fenced at its next
+                # check and gets this long to return through its except/finally, before the
+                # process may exit under its thread.
+                await asyncio.wait(
+                    [asyncio.ensure_future(e.done.wait()) for e in leftover],
+                    timeout=FENCED_EXIT_WAIT_S,
+                )
         tasks = list(self.dispatcher.tasks)
         for task in tasks:
             task.cancel()
