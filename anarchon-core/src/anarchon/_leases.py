@@ -92,12 +92,19 @@ def early_claim_error(request: ClaimRequest, now: int, remembers_ms: int) -> Con
     allowed = remembers_ms - request.max_late_ms
     if ahead <= allowed:
         return None
-    return ConfigError(
+    why = (
         f"claim of job {request.job!r} at slot {request.slot} refused: the slot is {ahead} ms "
         f"ahead of the clock, and this store remembers a claim for {remembers_ms} ms from when "
         f"it is written, so it could forget the claim while the slot can still be claimed "
-        f"(max_late {request.max_late_ms} ms) and let a second instance win it (rule C1). Claim "
-        f"at most {max(allowed, 0)} ms before the slot (the scheduler claims at the slot)"
+        f"(max_late {request.max_late_ms} ms) and let a second instance win it (rule C5)."
+    )
+    if allowed <= 0:
+        return ConfigError(
+            f"{why} Even at its slot such a claim is not safe: set max_late to at most "
+            f"{remembers_ms} ms, or make the store remember longer (rule T3)"
+        )
+    return ConfigError(
+        f"{why} Claim at most {allowed} ms before the slot (the scheduler claims at the slot)"
     )
 
 
