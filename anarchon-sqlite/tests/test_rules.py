@@ -78,34 +78,7 @@ async def test_L1_first_claim_wins_attempt_1(harness: Harness) -> None:
     assert (run.claimed_at, run.lease_until, run.finished_at) == (T0 + 250, T0 + 250 + LEASE, None)
 
 
-async def test_L1_late_slot_writes_nothing(harness: Harness) -> None:
-    store = await harness.store()
-    harness.clock.advance(MAX_LATE)
-    assert (await store.claim(request())).won  # exactly max_late old: still claimable
-    harness.clock.advance(1)
-    claim = await store.claim(request(job="other"))
-    assert claim.outcome is Outcome.LATE
-    assert claim.reason == f"late: slot is {MAX_LATE + 1} ms old, max_late is {MAX_LATE} ms"
-    assert (claim.attempt, claim.token, claim.holder) == (0, None, None)
-    assert harness.raw_run("other", SLOT) is None
-
-
-async def test_L1_overlap_skip_refuses_while_another_slot_is_live(harness: Harness) -> None:
-    store = await harness.store()
-    first = request(SLOT)
-    assert (await store.claim(first)).won
-    harness.clock.advance(LEASE)  # first's lease ends exactly now: still live (>= now)
-    nxt = request(SLOT + LEASE, instance="b")
-    claim = await store.claim(nxt)
-    assert claim.outcome is Outcome.OVERLAP
-    assert harness.raw_run("sync", SLOT + LEASE) is None
-    allowed = request(SLOT + LEASE, instance="b", overlap=Overlap.ALLOW)
-    assert await store.claim(allowed) == won(allowed, 1, T0 + 2 * LEASE)
-    harness.clock.advance(1)  # the first lease has ended; `allowed` still holds one
-    third = request(SLOT + LEASE + 1, instance="c")
-    assert (await store.claim(third)).outcome is Outcome.OVERLAP
-    harness.force_expire("sync", SLOT + LEASE)
-    assert await store.claim(third) == won(third, 1, T0 + 2 * LEASE + 1)
+# L1's other answers (late, skip_reason, overlap: recorded skips) are in test_ledger.py.
 
 
 async def test_L2_same_token_wins_again_unchanged(harness: Harness) -> None:
@@ -243,8 +216,9 @@ async def test_L8_finish_only_with_the_holding_token(harness: Harness) -> None:
     )
     assert not await b.finish("sync", SLOT, backup.token, RunStatus.SUCCEEDED)  # only once
     assert harness.raw_run("sync", SLOT) == run
-    with pytest.raises(ValueError, match="final status"):
-        await b.finish("sync", SLOT, backup.token, RunStatus.RUNNING)
+    for status in (RunStatus.RUNNING, RunStatus.SKIPPED):
+        with pytest.raises(ValueError, match="succeeded, failed or interrupted"):
+            await b.finish("sync", SLOT, backup.token, status)
 
 
 async def test_L9_release_hands_over_at_once(harness: Harness) -> None:
@@ -283,9 +257,12 @@ async def test_L10_check_of_a_missing_run_is_the_claim_step(harness: Harness) ->
     req = request()
     assert await store.check(req) == won(req, 1, T0 + LEASE)
     harness.clock.advance(MAX_LATE + 1)
-    late = await store.check(request(job="never"))
-    assert late.outcome is Outcome.LATE
-    assert harness.raw_run("never", SLOT) is None
+    late = request(job="never")
+    claim = await store.check(late)
+    assert claim.outcome is Outcome.SKIPPED  # the claim step records the late slot (S1)
+    assert claim.reason == f"late: slot is {MAX_LATE + 1} ms old, max_late is {MAX_LATE} ms"
+    assert stored(harness, "never").status is RunStatus.SKIPPED
+    assert await store.check(request(job="never", instance="b")) == claim  # read, not claimed
 
 
 async def test_L10_check_of_an_expired_last_attempt_is_done(harness: Harness) -> None:

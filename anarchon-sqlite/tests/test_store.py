@@ -34,6 +34,7 @@ async def test_connect_by_url_and_capabilities(tmp_path: Path) -> None:
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )
@@ -51,17 +52,27 @@ async def test_claim_many_decides_each_in_one_transaction(tmp_path: Path) -> Non
     assert (await store.claim(held)).won
     clock.advance(100)
     late = ClaimRequest(job="late", slot=T0, instance="a", max_late_ms=50)
+    coalesced = request("c", skip_reason="coalesced: a newer slot ran")
     batch = [request("a"), request("b"), request("held", instance="z"), late, request("a")]
+    batch += [coalesced, request("c", instance="y")]
     claims = await store.claim_many(batch)
     assert [c.outcome for c in claims] == [
         Outcome.WON,
         Outcome.WON,
         Outcome.RUNNING,
-        Outcome.LATE,
+        Outcome.SKIPPED,  # S1: recorded in the batch's transaction
         Outcome.RUNNING,  # a second request for "a" with another token: the first took it
+        Outcome.SKIPPED,
+        Outcome.SKIPPED,  # the record written earlier in the same batch answers
     ]
     assert claims[0].token == batch[0].token and claims[4].token == batch[0].token
     assert [c.lease_until for c in claims[:2]] == [T0 + 100 + 60_000] * 2  # one instant
+    assert claims[3].reason == "late: slot is 100 ms old, max_late is 50 ms"
+    assert claims[5] == claims[6] and claims[6].token == coalesced.token
+    for job in ("late", "c"):
+        row = testing.raw_run(tmp_path / "a.db", "cron", job, T0)
+        assert row is not None and (row.status, row.attempt) == (RunStatus.SKIPPED, 0)
+        assert row.finished_at == T0 + 100
     assert await store.claim_many([]) == []
     await store.close()
 

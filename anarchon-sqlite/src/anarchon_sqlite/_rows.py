@@ -51,9 +51,10 @@ SELECT_JOBS = (
     "ORDER BY job"
 )
 OTHER_LIVE = (
-    f"SELECT 1 FROM {RUNS} WHERE prefix = ? AND job = ? AND status = 'running' "
+    f"SELECT slot FROM {RUNS} WHERE prefix = ? AND job = ? AND status = 'running' "
     "AND lease_until >= ? AND slot != ? LIMIT 1"
 )
+"""L1 overlap: a slot of the job, other than the claimed one, holding a live lease (any one)."""
 INSERT_RUN = (
     f"INSERT INTO {RUNS} (prefix, job, {RUN_COLUMNS}, keep_until) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

@@ -4,7 +4,9 @@ A claim is one ``BEGIN IMMEDIATE`` transaction: SQLite lets one writer in at a t
 file, so everything read after BEGIN IMMEDIATE is current until COMMIT, and the L1-L6 decision
 (`anarchon._leases.decide_claim`, shared with `memory://`) is one indivisible step (C1). The win
 path is four statements: BEGIN IMMEDIATE, SELECT the run, INSERT it, COMMIT (plus one SELECT of
-the floor, and one index seek for retention).
+the floor, and one index seek for retention). A slot decided not to run (late, a caller's skip,
+overlap) is INSERTed the same way as a ``skipped`` row (the ledger, S1), so the same transaction
+that decides it records it, and later claims read it like any finished run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import decide_claim, keep_until, sweeps_now
+from anarchon._leases import decide_claim, decide_finish, keep_until, sweeps_now
 
 from . import _rows as sql
 from ._schema import RUNS
@@ -73,7 +75,7 @@ class Steps:
             now = self.clock()
             run = sql.run_from_row(row, request.job, self.path)
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
-                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
+                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: None)
                 return claim
         return self.claim(conn, request)
 
@@ -83,16 +85,17 @@ class Steps:
         run = None if row[0] is None else sql.run_from_row(row[:9], request.job, self.path)
         floor = None if run is not None else self._floor(row[9], request.job)
 
-        def other_live() -> bool:
+        def other_live() -> int | None:
+            # L1 overlap: the slot holding the live lease is named in the skip record.
             found = conn.execute(
                 sql.OTHER_LIVE, (self.prefix, request.job, now, request.slot)
             ).fetchone()
-            return found is not None
+            return None if found is None else self._slot(found[0], request.job)
 
         claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
         if write is None:
             return claim
-        if run is None:
+        if run is None:  # a new run or a skip record: both are kept and forgotten alike (L11)
             keep = keep_until(request, self.retention_margin_ms)
             conn.execute(sql.INSERT_RUN, (self.prefix, request.job, *_values(write), keep))
             # The oldest run could go: L11 retention may have work to do, done by about one
@@ -112,6 +115,14 @@ class Steps:
                 "expected a slot in epoch milliseconds"
             )
         return floor
+
+    def _slot(self, slot: object, job: str) -> int:
+        if not isinstance(slot, int) or isinstance(slot, bool):
+            raise StoreCorrupt(
+                f"a running row of job {job!r} (prefix {self.prefix!r}) in {self.path} has slot "
+                f"{slot!r}; expected epoch milliseconds: remove or repair the row"
+            )
+        return slot
 
     def _sweep(self, conn: sqlite3.Connection, job: str, now: int) -> None:
         """L11, as `memory://` does it: beyond the newest `history_limit` runs, delete the oldest
@@ -150,14 +161,25 @@ class Steps:
         status: RunStatus,
         error: str | None,
     ) -> bool:
-        return self._update(
+        """L8, then C2 for finish: when the UPDATE matches nothing, a resend of a finish that
+        was written (its answer lost) finds the run finished with this token and status: True,
+        nothing written. A finished row never changes again, so reading it after the UPDATE
+        is as good as reading it in the same transaction, and the winning path stays one
+        statement."""
+        if self._update(
             conn,
             "status = ?, finished_at = ?, error = ?",
             (status.value, self.clock(), error),
             job,
             slot,
             token,
-        )
+        ):
+            return True
+        row = conn.execute(sql.SELECT_RUN, (self.prefix, job, slot)).fetchone()
+        run = None if row is None else sql.run_from_row(row, job, self.path)
+        # "write" here means the run was taken back by this token after the UPDATE missed:
+        # the answer of the UPDATE's instant (fenced) stands.
+        return decide_finish(run, token, status) == "again"
 
     def release(self, conn: sqlite3.Connection, job: str, slot: int, token: str) -> bool:
         return self._update(conn, "lease_until = ?", (self.clock() - 1,), job, slot, token)

@@ -110,6 +110,7 @@ class SQLiteStore(LeaseStore):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )
@@ -151,8 +152,8 @@ class SQLiteStore(LeaseStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        if not status.finished:
-            raise ValueError(f"finish needs a final status, got {status}")
+        if not status.finished or status is RunStatus.SKIPPED:
+            raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
         return await self._holder.run(self._steps.finish, job, slot, token, status, error)
 
     async def release(self, job: str, slot: int, token: str) -> bool:

@@ -2,8 +2,11 @@
 
 Each claim is one transaction that first locks the job's row in ``<table>_jobs`` with
 ``SELECT ... FOR UPDATE`` (so claims of one job are serialised, C1), then reads the server's clock
-(T1: ``NOW(3)``, read after the lock), decides by the lease table L1-L6, and writes. renew, finish
-and release are single ``UPDATE ... WHERE token = ...`` statements (L7-L9).
+(T1: ``NOW(3)``, read after the lock), decides by the lease table L1-L6, and writes. A slot it
+decides not to run (late, the caller's `skip_reason`, overlap) is written as a ``skipped`` row in
+that transaction (the ledger, S1). renew, finish and release are single
+``UPDATE ... WHERE token = ...`` statements (L7-L9); a finish that matches nothing reads the row
+to recognise its own resend (C2).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class MariaDBStore(LeaseStore):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             remembers_ms=None,
         )
 
@@ -180,31 +184,17 @@ class MariaDBStore(LeaseStore):
         (floor,) = await cur.fetchone()
         now = await _now(cur)  # after the lock: the instant this claim is decided at (T1)
         run = await self._read(cur, request.job, request.slot)
-        if run is None:
-            if floor is not None and request.slot <= floor:
+        if run is None:  # L1, in this order
+            if floor is not None and request.slot <= floor:  # L11: ran and deleted? write nothing
                 return Claim(outcome=Outcome.LATE, reason=f"forgotten: slot <= floor {floor}")
-            if now - request.slot > request.max_late_ms:
-                return Claim(outcome=Outcome.LATE, reason=f"late: {now - request.slot} ms old")
-            if request.overlap is Overlap.SKIP:
-                await cur.execute(
-                    f"SELECT 1 FROM {self.runs} WHERE prefix = %s AND job = %s AND slot <> %s "
-                    "AND status = 'running' AND lease_until >= %s LIMIT 1",
-                    (*key, request.slot, now),
-                )
-                if await cur.fetchone():
-                    return Claim(outcome=Outcome.OVERLAP, reason="another run holds a lease")
-            keep = request.slot + request.max_late_ms + request.attempts * request.lease_ms
-            await cur.execute(
-                f"INSERT INTO {self.runs} (prefix, job, {COLUMNS}, keep_until) VALUES "
-                "(%s, %s, %s, 'running', 1, %s, %s, %s, %s, NULL, NULL, %s)",
-                (
-                    *key,
-                    *(request.slot, request.token, request.instance, now),
-                    *(now + request.lease_ms, keep + self.options.retention_margin_ms),
-                ),
-            )
-            await self._sweep(cur, request.job, now)
+            skip = await self._skip_reason(cur, request, now)
+            if skip is not None:  # the ledger (S1): record the decision in this transaction
+                await self._insert(cur, request, now, skip)
+                return _skipped(request.token, request.instance, skip)
+            await self._insert(cur, request, now, None)
             return _answer(Outcome.WON, 1, request.token, request.instance, now + request.lease_ms)
+        if run.status is RunStatus.SKIPPED:  # a decided skip answers the same to everyone
+            return _skipped(run.token, run.holder, run.error)
         if run.status is not RunStatus.RUNNING:  # L6
             return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
         if run.token == request.token:  # L2
@@ -228,6 +218,52 @@ class MariaDBStore(LeaseStore):
             (now, *key, request.slot),
         )
         return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
+
+    async def _skip_reason(self, cur: Any, request: ClaimRequest, now: int) -> str | None:
+        """L1 steps 2-4 for a slot with no run: why it is not to run (late, the caller's
+        reason, overlap naming the slot that holds a lease), or None: it may be won."""
+        age = now - request.slot
+        if age > request.max_late_ms:
+            return f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms"
+        if request.skip_reason is not None:
+            return request.skip_reason
+        if request.overlap is Overlap.SKIP:
+            await cur.execute(
+                f"SELECT slot FROM {self.runs} WHERE prefix = %s AND job = %s AND slot <> %s "
+                "AND status = 'running' AND lease_until >= %s LIMIT 1",
+                (self.options.prefix, request.job, request.slot, now),
+            )
+            holding = await cur.fetchone()
+            if holding is not None:
+                return (
+                    f"overlap: slot {holding[0]} of this job holds a live lease and overlap "
+                    "is 'skip'"
+                )
+        return None
+
+    async def _insert(
+        self, cur: Any, request: ClaimRequest, now: int, skip_reason: str | None
+    ) -> None:
+        """Write the slot's first row: a run (running, attempt 1, a lease) or, with
+        `skip_reason`, a skip record (skipped, attempt 0, finished now, the reason as error).
+        Both are kept, counted and forgotten alike (L11)."""
+        keep = request.slot + request.max_late_ms + request.attempts * request.lease_ms
+        row: tuple[str, int, int | None, int | None, str | None]
+        if skip_reason is None:
+            row = ("running", 1, now + request.lease_ms, None, None)
+        else:
+            row = ("skipped", 0, None, now, skip_reason)
+        status, attempt, lease_until, finished_at, error = row
+        await cur.execute(
+            f"INSERT INTO {self.runs} (prefix, job, {COLUMNS}, keep_until) VALUES "
+            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                *(self.options.prefix, request.job, request.slot, status, attempt),
+                *(request.token, request.instance, now, lease_until, finished_at, error),
+                keep + self.options.retention_margin_ms,
+            ),
+        )
+        await self._sweep(cur, request.job, now)
 
     async def _sweep(self, cur: Any, job: str, now: int) -> None:
         """L11: forget the oldest runs beyond `history_limit` once past their horizon; the
@@ -269,6 +305,8 @@ class MariaDBStore(LeaseStore):
 
         run, now = await self._run(read)
         if run is not None:
+            if run.status is RunStatus.SKIPPED:
+                return _skipped(run.token, run.holder, run.error)
             if run.status is not RunStatus.RUNNING:
                 return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
             if run.token == request.token or (run.lease_until or 0) >= now:
@@ -296,10 +334,16 @@ class MariaDBStore(LeaseStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        if not status.finished:
-            raise ValueError(f"finish needs a final status, got {status}")
+        if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.INTERRUPTED):
+            raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
         sets = f"status = %s, error = %s, finished_at = {NOW_MS}"
-        return await self._update(sets, (status.value, error), job, slot, token)
+        if await self._update(sets, (status.value, error), job, slot, token):
+            return True
+        # C2 for finish: the UPDATE matched nothing. If an earlier finish with this token and
+        # status was written and its answer lost, this is its resend: True, nothing written.
+        # A finished row never changes again, so this read after the UPDATE is enough.
+        run = await self._run(lambda cur: self._read(cur, job, slot))
+        return run is not None and run.token == token and run.status is status
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return await self._update(f"lease_until = {NOW_MS} - 1", (), job, slot, token)
@@ -346,4 +390,11 @@ def _answer(
 ) -> Claim:
     return Claim(
         outcome=outcome, attempt=attempt, token=token, holder=holder, lease_until=lease_until
+    )
+
+
+def _skipped(token: str, holder: str, reason: str | None) -> Claim:
+    """S1: the answer to every claim of a slot whose row is a skip record."""
+    return Claim(
+        outcome=Outcome.SKIPPED, attempt=0, token=token, holder=holder, reason=reason or "skipped"
     )
