@@ -120,9 +120,11 @@ async def test_lease_batch_answers_equal_single_claims_for_every_rule(
             env.request("expired", slot, instance=rival),  # L4 takeover, attempt 2
             env.request("spent", slot, instance=rival, attempts=1),  # L5 interrupted: done
             env.request("finished", slot, instance=rival),  # L6 done
-            env.request("busy", slot, overlap=Overlap.SKIP),  # L1 overlap
-            env.request("late", slot - 600_000, max_late_ms=1000),  # L1 late
+            env.request("busy", slot, overlap=Overlap.SKIP),  # L1 overlap: recorded skip
+            env.request("late", slot - 600_000, max_late_ms=1000),  # L1 late: recorded skip
+            env.request("coalesced", slot, skip_reason="coalesced: a newer slot"),  # L1 skip
             env.request("fresh", slot),  # L1 won
+            env.request("busy", slot, instance=rival),  # the recorded overlap, read back
         ]
         each, batch = await _each(one, requests), await _many(many, requests)
         assert each == batch
@@ -132,11 +134,15 @@ async def test_lease_batch_answers_equal_single_claims_for_every_rule(
             Outcome.WON,
             Outcome.DONE,
             Outcome.DONE,
-            Outcome.OVERLAP,
-            Outcome.LATE,
+            Outcome.SKIPPED,
+            Outcome.SKIPPED,
+            Outcome.SKIPPED,
             Outcome.WON,
+            Outcome.SKIPPED,
         ]
         assert batch[2][1] == 2, "L4: the takeover is attempt 2"
+        assert [a[4][:8] for a in batch[5:8]] == ["overlap:", "late: sl", "coalesce"]
+        assert batch[9][2] == requests[5].token, "the recorded skip's token, for any claimer"
     finally:
         await testing.delete_prefix(env.raw, env.prefix + "m")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus, StoreCorrupt
+from anarchon._leases import late_reason, overlap_reason
 from anarchon_redis import JobKeys, RedisLeaseStore, testing
 from anarchon_redis._lease import LEASE
 
@@ -27,23 +28,32 @@ async def test_L1_first_claim_is_won_with_attempt_1(env: Env) -> None:
     assert run.lease_until is not None and 29_000 <= run.lease_until - await env.now() <= 30_000
 
 
-async def test_L1_late_slot_writes_nothing(env: Env) -> None:
+async def test_L1_S1_late_slot_is_recorded_skipped(env: Env) -> None:
     store = await env.lease_store()
     slot = await env.slot() - 10_000
-    claim = await store.claim(env.request("job", slot, max_late_ms=5_000))
-    assert claim.outcome is Outcome.LATE and "max_late is 5000 ms" in claim.reason
-    assert await testing.raw_run(env.raw, env.prefix, "job", slot) is None
+    request = env.request("job", slot, max_late_ms=5_000)
+    claim = await store.claim(request)
+    assert claim.outcome is Outcome.SKIPPED and claim.skip_kind == "late", claim
+    age = int(claim.reason.split()[3])
+    assert 10_000 <= age < 20_000
+    assert claim.reason == late_reason(request, slot + age, None), "the text of anarchon._leases"
+    run = await testing.raw_run(env.raw, env.prefix, "job", slot)
+    assert run is not None and run.status is RunStatus.SKIPPED and run.error == claim.reason
 
 
-async def test_L1_overlap_skip_and_allow(env: Env) -> None:
+async def test_L1_S1_overlap_is_recorded_naming_the_holding_slot(env: Env) -> None:
     store = await env.lease_store()
     slot = await env.slot()
     assert (await store.claim(env.request("job", slot - 1000))).won
+    assert (await store.claim(env.request("job", slot - 3000))).won
+    await testing.force_expire(env.raw, env.prefix, "job", slot - 3000)  # not live: not named
     skip = await store.claim(env.request("job", slot, overlap=Overlap.SKIP))
-    assert skip.outcome is Outcome.OVERLAP
-    assert await testing.raw_run(env.raw, env.prefix, "job", slot) is None
+    assert skip.outcome is Outcome.SKIPPED and skip.reason == overlap_reason(slot - 1000), skip
+    run = await testing.raw_run(env.raw, env.prefix, "job", slot)
+    assert run is not None and run.status is RunStatus.SKIPPED and run.error == skip.reason
     await testing.force_expire(env.raw, env.prefix, "job", slot - 1000)
-    assert (await store.claim(env.request("job", slot, overlap=Overlap.SKIP))).won
+    again = await store.claim(env.request("job", slot, overlap=Overlap.SKIP))
+    assert again.outcome is Outcome.SKIPPED and again.token == skip.token, "recorded: never won"
     allow = await store.claim(env.request("job", slot + 1000, overlap=Overlap.ALLOW))
     assert allow.won
 

@@ -38,7 +38,7 @@ WORKER = Path(__file__).with_name("race_worker.py")
 async def test_C1_race_processes_and_tasks(env_on: EnvFactory, server: str, strategy: str) -> None:
     env = await env_on(server)
     now = await env.now()
-    slots = [now - 30_000 + n for n in range(SLOTS)]  # all within max_late and every window
+    slots = [now - 30_000 + n for n in range(SLOTS)]  # all within max_late (2 min) and every window
     spec = {
         "url": env.url,
         "strategy": strategy,

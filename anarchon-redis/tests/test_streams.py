@@ -93,16 +93,16 @@ async def test_script_window_T3(env: Env) -> None:
     store = await env.store("script", window_ms=500)
     assert isinstance(store, ScriptStore) and store.capabilities.remembers_ms == 500
     slot = await env.now()
-    first = env.request("job", slot)
+    first = env.request("job", slot, max_late_ms=100)  # within the window (C5)
     assert (await store.claim(first)).won
     await asyncio.sleep(0.3)  # within the window: remembered, another token loses
-    assert (await store.claim(env.request("job", slot))).outcome is Outcome.LOST
+    assert (await store.claim(env.request("job", slot, max_late_ms=100))).outcome is Outcome.LOST
     assert (await store.claim(first)).won
     await asyncio.sleep(0.35)  # past the window: a claim still found is never won by another
-    after = await store.claim(env.request("job", slot, max_late_ms=3_600_000))
+    after = await store.claim(env.request("job", slot, max_late_ms=100))
     assert after.outcome in (Outcome.LOST, Outcome.LATE), after
     # a slot older than the window with no claim found: the store cannot know, so late
-    unknown = await store.claim(env.request("job", slot - 100, max_late_ms=3_600_000))
+    unknown = await store.claim(env.request("job", slot - 100, max_late_ms=100))
     assert unknown.outcome is Outcome.LATE and "window_ms=500" in unknown.reason
 
 
@@ -117,14 +117,16 @@ async def test_idmp_sets_config_once_and_refuses_other_values(env_on: EnvFactory
     store = await env.store("idmp", duration_sec=2, maxsize=50)
     assert isinstance(store, IdmpStore) and store.capabilities.remembers_ms == 2000
     slot = await env.slot()
-    assert (await store.claim(env.request("job", slot))).won
+    # max_late within what Redis remembers (C5 refuses a claim it would forget too soon)
+    assert (await store.claim(env.request("job", slot, max_late_ms=1_000))).won
     info = await env.raw.xinfo_stream(JobKeys(env.prefix, "job").claims)
     assert (info["idmp-duration"], info["idmp-maxsize"]) == (2, 50)
     same = await env.store("idmp", duration_sec=2, maxsize=50)
-    assert (await same.claim(env.request("job", slot))).outcome is Outcome.LOST
+    rival = env.request("job", slot, max_late_ms=1_000)
+    assert (await same.claim(rival)).outcome is Outcome.LOST
     different = await env.store("idmp", duration_sec=3, maxsize=50)
     with pytest.raises(ConfigError, match=r"IDMP-DURATION 2 s .* duration_sec=3"):
-        await different.claim(env.request("job", slot))
+        await different.claim(rival)
     info = await env.raw.xinfo_stream(JobKeys(env.prefix, "job").claims)
     assert info["idmp-duration"] == 2 and info["iids-tracked"] == 1, "never wiped"
 
@@ -134,7 +136,7 @@ async def test_idmp_scheduler_with_other_settings_refuses_to_start(env_on: EnvFa
     env = await env_on("redis86")
     first = await env.store("idmp", duration_sec=2, maxsize=50)
     slot = await env.slot()
-    won = env.request("job", slot)
+    won = env.request("job", slot, max_late_ms=1_000)
     assert (await first.claim(won)).won
     assert isinstance(first, SupportsJobSetup)
     await first.setup_jobs(["job", "job"])  # set up already: nothing changes
@@ -181,13 +183,14 @@ async def test_idmp_deleted_stream_is_configured_again(env_on: EnvFactory) -> No
     store = await env.store("idmp", duration_sec=30)
     keys = JobKeys(env.prefix, "job")
     slot = await env.slot()
-    assert (await store.claim(env.request("job", slot))).won
+    late = {"max_late_ms": 10_000}  # within the 30 s Redis remembers (C5)
+    assert (await store.claim(env.request("job", slot, **late))).won
     await env.raw.delete(keys.claims)
-    assert (await store.claim(env.request("job", slot + 1000))).won
+    assert (await store.claim(env.request("job", slot + 1000, **late))).won
     info = await env.raw.xinfo_stream(keys.claims)
     assert info["idmp-duration"] == 30, "never Redis' default settings"
     await env.raw.delete(keys.claims, keys.idmp_config)
-    assert (await store.claim(env.request("job", slot + 2000))).won
+    assert (await store.claim(env.request("job", slot + 2000, **late))).won
     assert (await env.raw.xinfo_stream(keys.claims))["idmp-duration"] == 30
 
 

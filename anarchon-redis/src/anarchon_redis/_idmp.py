@@ -5,7 +5,13 @@ one producer; id = the slot) and answers a repeat with that entry's ID and no fl
 and the read-back of the entry Redis answers (``XRANGE id id``) run in one small script
 (``_scripts/idmp.lua``, one round trip): the entry is mine (`won`, also for my resent claim, C2)
 or another token's (`lost`); a trimmed one is `lost`. `claim_many` runs the same script for up
-to `BATCH` jobs per call.
+to `BATCH` jobs per call. A skip (S1) is the same XADD with the field ``skip`` (the reason):
+`skipped` for the writer and for every claim that reads the entry back.
+
+C5: Redis remembers an idempotency id for ``IDMP-DURATION`` counted from when it is written, so
+the script refuses (by Redis ``TIME``, the clock lateness is judged by) a claim written earlier
+than ``slot + max_late - duration``, which Redis could forget while the slot can still be
+claimed: `anarchon._leases.early_claim_error` is raised, and nothing is written.
 
 The XADD never creates the stream (``NOMKSTREAM``): a stream that vanished is configured again
 first. Each job's stream gets ``IDMP-DURATION``/``IDMP-MAXSIZE`` once (``_scripts/idmp_config.lua``),
@@ -36,7 +42,7 @@ from anarchon import (
 from . import _wire as wire
 from ._client import Script
 from ._keys import JobKeys
-from ._streams import StreamStore, decided, found
+from ._streams import StreamStore, answered, refuse_early, skip_tail
 from ._wire import bulk
 
 __all__ = ["IdmpStore"]
@@ -56,7 +62,8 @@ class IdmpStore(StreamStore):
         self._option = bulk(f"claim {self.options.stream_maxlen}")
 
     def _ask(self, request: ClaimRequest) -> str:
-        return f"{request.job} {request.slot} {request.token} {request.instance}"
+        ahead = self.options.idmp_duration_sec * 1000 - request.max_late_ms
+        return f"{request.job} {request.slot} {request.token} {ahead} {skip_tail(request)}"
 
     @property
     def remembers_ms(self) -> int | None:
@@ -131,7 +138,7 @@ class IdmpStore(StreamStore):
     async def claim(self, request: ClaimRequest) -> Claim:
         if request.job not in self._configured:
             await self._configure_many([request.job])
-        claim = await self._decided_one(IDMP, self._option, request, _decide)
+        claim = await self._decided_one(IDMP, self._option, request, self._decide)
         if claim is None:  # the stream vanished: claim_many configures it again and retries
             (claim,) = await self.claim_many([request])
         return claim
@@ -144,7 +151,7 @@ class IdmpStore(StreamStore):
         new = [*dict.fromkeys(r.job for r in requests if r.job not in self._configured)]
         if new:
             await self._configure_many(new)
-        claims = await self._decided(IDMP, self._option, requests, _decide)
+        claims = await self._decided(IDMP, self._option, requests, self._decide)
         gone = [i for i, claim in enumerate(claims) if claim is None]
         if gone:
             # NOMKSTREAM: the stream is gone (deleted, or a flush), and a stream XADD created would
@@ -152,7 +159,7 @@ class IdmpStore(StreamStore):
             again = [requests[i] for i in gone]
             self._configured.difference_update(r.job for r in again)
             await self._configure_many([*dict.fromkeys(r.job for r in again)])
-            retried = await self._decided(IDMP, self._option, again, _decide)
+            retried = await self._decided(IDMP, self._option, again, self._decide)
             for i, claim in zip(gone, retried, strict=True):
                 if claim is None:
                     raise StoreUnavailable(
@@ -162,24 +169,24 @@ class IdmpStore(StreamStore):
                 claims[i] = claim
         return [c for c in claims if c is not None]
 
-
-def _decide(request: ClaimRequest, answer: str) -> Claim | None:
-    """The claim script's answer ``<state>[ <token> <holder>]`` as a `Claim`; None for ``gone``
-    (the stream must be configured again)."""
-    state, _, rest = answer.partition(" ")
-    if state == "gone":
-        return None
-    if state == "mine":
-        return decided(True, request.token, request.instance)
-    if state == "found":
-        return found(rest)
-    if state == "trimmed":
-        return Claim(
-            outcome=Outcome.LOST,
-            attempt=1,
-            reason="the slot was claimed and its entry trimmed from the stream",
-        )
-    raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
+    def _decide(self, request: ClaimRequest, answer: str) -> Claim | None:
+        """The claim script's answer ``<state>[ <token> <holder>...]`` as a `Claim`; None for
+        ``gone`` (the stream must be configured again); ``early`` raises `ConfigError` (C5)."""
+        state, _, rest = answer.partition(" ")
+        if state == "gone":
+            return None
+        claim = answered(request, state, rest)  # a new entry is read back too: never "added"
+        if claim is not None:
+            return claim
+        if state == "trimmed":
+            return Claim(
+                outcome=Outcome.LOST,
+                attempt=1,
+                reason="the slot was claimed and its entry trimmed from the stream",
+            )
+        if state == "early":
+            refuse_early(request, rest, self.options.idmp_duration_sec * 1000)
+        raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
 
 
 async def _has_xcfgset(client: aioredis.Redis) -> bool:

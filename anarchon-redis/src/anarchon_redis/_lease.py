@@ -10,6 +10,12 @@ end before anything else, so every decision is one atomic step (C1).
 A claim is one EVALSHA packed by hand (`_wire`); `claim_many` sends the same script with up to
 `BATCH` jobs per call, so the decisions of a batch are those of single claims, made by the same
 code.
+
+The ledger (S1): a claim that decides its slot is not to run (late, a caller's skip reason,
+overlap) writes a ``skipped`` run with the reason in the same script, with the texts of
+`anarchon._leases` (``late_reason``, ``overlap_reason``); later claims and `check` answer
+`skipped`. A finish resent after its answer was lost is recognised (C2 for finish): the same
+token and status again answer True and change nothing.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )
@@ -78,9 +85,13 @@ class RedisLeaseStore(RedisStore, LeaseStore):
     def _ask(self, request: ClaimRequest) -> str:
         r = request
         skip = 1 if r.overlap is Overlap.SKIP else 0
+        reason = r.skip_reason
+        tail = (
+            f"0 {r.instance}" if reason is None else f"{len(reason.encode())} {reason}{r.instance}"
+        )
         return (
             f"{r.slot} {r.token} {r.lease_ms} {r.max_late_ms} {skip} {r.attempts} "
-            f"{keep_until(r, self._margin)} {r.instance}"
+            f"{keep_until(r, self._margin)} {tail}"
         )
 
     async def claim(self, request: ClaimRequest) -> Claim:
@@ -109,7 +120,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             now = int(seconds) * 1000 + int(micros) // 1000
             run = run_from_value(raw, request.job, request.slot, keys.runs)
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
-                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: False)
+                claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: None)
                 return claim
         return await self.claim(request)
 
@@ -126,8 +137,8 @@ class RedisLeaseStore(RedisStore, LeaseStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        if not status.finished:
-            raise ValueError(f"finish needs a final status, got {status}")
+        if not status.finished or status is RunStatus.SKIPPED:
+            raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
         return await self._update(
             job,
             [
@@ -165,30 +176,45 @@ class RedisLeaseStore(RedisStore, LeaseStore):
 
 def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:
     """One job's answer from the claim script (see ``lease.lua``) as a `Claim`."""
-    parts = answer.split(" ", 7)
-    if len(parts) == 6:  # the run is the caller's own, or there is none
-        token, holder = request.token, request.instance
-    elif len(parts) == 8:
-        token, holder = parts[6], parts[7]
-        if "%" in holder:
-            holder = unquote(holder)
+    reason = None
+    if answer.startswith("skipped "):  # S1: with token, reason (one word) and holder, always
+        parts = answer.split(" ", 8)
+        if len(parts) != 9:
+            raise StoreCorrupt(
+                f"Redis answered {answer!r} to the claim script for job {request.job!r}"
+            )
+        token, reason, holder = parts[6], unquote(parts[7]), _unescaped(parts[8])
     else:
-        raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
+        parts = answer.split(" ", 7)
+        if len(parts) == 6:  # the run is the caller's own, or there is none
+            token, holder = request.token, request.instance
+        elif len(parts) == 8:
+            token, holder = parts[6], _unescaped(parts[7])
+        else:
+            raise StoreCorrupt(
+                f"Redis answered {answer!r} to the claim script for job {request.job!r}"
+            )
     outcome, attempt, lease, status, now, floor = parts[:6]
     try:
-        decided = outcome not in ("late", "overlap")
+        decided = outcome != "late"
         return claim_from_outcome(
             request,
             outcome,
             attempt=int(attempt) if decided else 0,
             token=token,
             holder=holder,
-            lease_until=int(lease) if decided else None,
+            lease_until=int(lease) if lease != "-" else None,
             status=status,
             now=int(now),
             floor=None if floor == "-" else int(floor),
+            reason=reason,
         )
     except ValueError:
         raise StoreCorrupt(
             f"Redis answered {answer!r} to the claim script for job {request.job!r}"
         ) from None
+
+
+def _unescaped(holder: str) -> str:
+    """A holder as ``batch.lua`` escaped it (``%`` as %25, newlines as %0A)."""
+    return unquote(holder) if "%" in holder else holder

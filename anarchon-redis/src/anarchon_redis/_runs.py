@@ -6,7 +6,9 @@ A run is one flat string in the job's ``:runs`` hash (field = slot), written by 
     <status> <attempt> <claimed_at> <lease_until> <keep_until> <finished_at or -> <token> <n> <holder>[|<error>]
 
 where ``<n>`` is the length of ``<holder>`` in bytes (so a holder may hold any character). A flat
-string costs the script a fraction of what JSON costs to write and read on every claim.
+string costs the script a fraction of what JSON costs to write and read on every claim. A skip
+record (S1) is ``skipped 0 <now> - <keep_until> <now> <token> <n> <holder>|<reason>``: attempt 0
+and no lease (``-``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ FIELDS = (
 )
 """The fields of a stored run, in their order in the string."""
 
-_RUN = re.compile(r"([a-z]+) (\d+) (\d+) (\d+) (\d+) (\d+|-) ([0-9a-f]+) (\d+) ", re.ASCII)
+_RUN = re.compile(r"([a-z]+) (\d+) (\d+) (\d+|-) (\d+) (\d+|-) ([0-9a-f]+) (\d+) ", re.ASCII)
 
 
 def run_fields(raw: str, key: str, slot: int) -> dict[str, str | None]:
@@ -49,7 +51,7 @@ def run_fields(raw: str, key: str, slot: int) -> dict[str, str | None]:
         "status": status,
         "attempt": attempt,
         "claimed_at": claimed,
-        "lease_until": lease,
+        "lease_until": None if lease == "-" else lease,
         "keep_until": keep,
         "finished_at": None if finished == "-" else finished,
         "token": token,
@@ -63,7 +65,8 @@ def run_value(fields: dict[str, str | None]) -> str:
     holder = fields["holder"] or ""
     error = fields["error"]
     return (
-        f"{fields['status']} {fields['attempt']} {fields['claimed_at']} {fields['lease_until']} "
+        f"{fields['status']} {fields['attempt']} {fields['claimed_at']} "
+        f"{fields['lease_until'] or '-'} "
         f"{fields['keep_until']} {fields['finished_at'] or '-'} {fields['token']} "
         f"{len(holder.encode())} {holder}{'' if error is None else '|' + error}"
     )
@@ -79,8 +82,13 @@ def run_from_value(raw: str, job: str, slot: int, key: str) -> RunRecord:
             f"Redis key {key} field {slot} has status {fields['status']!r}"
         ) from None
     attempt = int(fields["attempt"] or 0)
-    if attempt < 1 or status is RunStatus.CLAIMED:
-        raise StoreCorrupt(f"Redis key {key} field {slot} holds attempt {attempt} ({status})")
+    lease = fields["lease_until"]
+    skipped = status is RunStatus.SKIPPED  # only a skip record has attempt 0 and no lease
+    if attempt < (0 if skipped else 1) or status is RunStatus.CLAIMED or (lease is None) != skipped:
+        raise StoreCorrupt(
+            f"Redis key {key} field {slot} holds attempt {attempt} and lease_until "
+            f"{lease or '-'} ({status})"
+        )
     finished = fields["finished_at"]
     return RunRecord(
         job=job,
@@ -90,7 +98,7 @@ def run_from_value(raw: str, job: str, slot: int, key: str) -> RunRecord:
         token=fields["token"] or "",
         holder=fields["holder"] or "",
         claimed_at=int(fields["claimed_at"] or 0),
-        lease_until=int(fields["lease_until"] or 0),
+        lease_until=None if lease is None else int(lease),
         finished_at=None if finished is None else int(finished),
         error=fields["error"],
     )

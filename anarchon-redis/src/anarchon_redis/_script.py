@@ -2,7 +2,17 @@
 the slot among the entries of the last `window_ms` (by Redis TIME), appends the claim if there is
 none, and answers who holds the slot. Like idmp, on servers without it (Valkey, Redis before
 8.6). A slot older than the window is `late`: the store no longer knows (T3). `claim_many` runs
-the same script for up to `BATCH` jobs per call."""
+the same script for up to `BATCH` jobs per call.
+
+A skip (S1) is appended as a claim would be, with the field ``skip`` (the reason): `skipped` for
+the writer and for every claim that finds the entry. A skip is appended for a slot older than
+max_late too (within the window): it lets nobody run the slot and records why it did not run.
+
+C5: a claim is found for one window after it is appended, so the script refuses (by Redis
+``TIME``, the clock lateness is judged by) a claim appended earlier than
+``slot + max_late - window_ms``: `anarchon._leases.early_claim_error` is raised, and nothing is
+written. Without it, a claim made long before its slot would be out of the next claim's scan
+and the slot won twice."""
 
 from __future__ import annotations
 
@@ -13,7 +23,7 @@ import redis.asyncio as aioredis
 from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, StoreURL
 
 from ._client import Script
-from ._streams import StreamStore, decided, found
+from ._streams import StreamStore, answered, refuse_early, skip_tail
 from ._wire import bulk
 
 __all__ = ["ScriptStore"]
@@ -38,7 +48,7 @@ class ScriptStore(StreamStore):
         self._functions = await WINDOW.load_function(client)
 
     def _ask(self, request: ClaimRequest) -> str:
-        return f"{request.slot} {request.token} {request.max_late_ms} {request.instance}"
+        return f"{request.slot} {request.token} {request.max_late_ms} {skip_tail(request)}"
 
     async def claim(self, request: ClaimRequest) -> Claim:
         return await self._decided_one(WINDOW, self._option, request, self._decide)
@@ -49,12 +59,14 @@ class ScriptStore(StreamStore):
         return await self._decided(WINDOW, self._option, requests, self._decide)
 
     def _decide(self, request: ClaimRequest, answer: str) -> Claim:
-        """The script's answer ``<state> <now>[ <token> <holder>]`` as a `Claim`."""
+        """The script's answer ``<state> <now>[ <token> <holder>...]`` as a `Claim`; ``early``
+        raises `ConfigError` (C5)."""
         state, now_s, rest = (*answer.split(" ", 2), "")[:3]
-        if state in ("added", "mine"):
-            return decided(True, request.token, request.instance)
-        if state == "found":
-            return found(rest)
+        claim = answered(request, state, rest)
+        if claim is not None:
+            return claim
+        if state == "early":
+            refuse_early(request, now_s, self.options.script_window_ms)
         try:
             age = int(now_s) - request.slot
         except ValueError:

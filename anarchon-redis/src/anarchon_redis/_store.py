@@ -12,7 +12,15 @@ from urllib.parse import unquote
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from anarchon import ClaimRequest, ClaimStore, ConfigError, StoreCorrupt, StoreOptions, StoreURL
+from anarchon import (
+    AnarchonError,
+    ClaimRequest,
+    ClaimStore,
+    ConfigError,
+    StoreCorrupt,
+    StoreOptions,
+    StoreURL,
+)
 
 from . import _wire as wire
 from ._client import Script, guarded, make_client, ping, reraising, server_now_ms, translated
@@ -237,7 +245,7 @@ class RedisStore(ClaimStore):
                         return
             try:
                 done[i] = [decide(r, line) for r, line in zip(chunk, lines, strict=True)]
-            except StoreCorrupt as exc:
+            except AnarchonError as exc:  # corrupt data, or a claim refused (C5: ConfigError)
                 failed.append((chunk[0].job, exc))
 
         try:

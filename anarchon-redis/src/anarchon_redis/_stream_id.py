@@ -9,6 +9,11 @@ and a win reads back its own entry, which it does not look at (``docs/backends/r
 measures both ways). Old slots can never be won again, trimmed or not: the stream's top ID is
 the floor.
 
+A skip (S1) is the same XADD with the field ``skip`` (the reason): `skipped` for the writer and
+for every claim that reads the entry back. Early claims (C5) need no check here: the store
+remembers a claim by its slot (the entry ID), not for a time from when it is written; an entry
+trimmed or not, no claim of a slot at or below the stream's top is ever added again.
+
 `claim_many` is the one place with a script (``_scripts/stream_id.lua``): the same XADD, and the
 same read-back of a refused one, for up to `BATCH` jobs per call, so a batch of many jobs costs
 one round trip and its answers are those of claiming one by one.
@@ -26,7 +31,7 @@ from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, S
 
 from . import _wire as wire
 from ._client import Script
-from ._streams import StreamStore, decided, found, parse_entry
+from ._streams import StreamStore, answered, decided, parse_entry, skip_tail, skipped
 from ._wire import bulk
 
 __all__ = ["StreamIdStore"]
@@ -54,15 +59,19 @@ class StreamIdStore(StreamStore):
         await STREAM_ID.load(client)
 
     def _ask(self, request: ClaimRequest) -> str:
-        return f"{request.slot} {request.token} {request.instance}"
+        return f"{request.slot} {request.token} {skip_tail(request)}"
 
     def _xadd(self, request: ClaimRequest) -> bytes:
-        """``XADD <claims> MAXLEN = <maxlen> <slot>-0 slot <slot> token <token> holder <me>``."""
+        """``XADD <claims> MAXLEN = <maxlen> <slot>-0 slot <slot> token <token> holder <me>``,
+        and ``skip <reason>`` for a skip."""
         slot = str(request.slot)
+        reason = request.skip_reason
+        skip = "" if reason is None else f"$4\r\nskip\r\n{bulk(reason)}"
         return (
-            f"*12\r\n$4\r\nXADD\r\n{self._wire_keys(request.job)}{self._trim}{bulk(slot + '-0')}"
+            f"*{12 if reason is None else 14}\r\n$4\r\nXADD\r\n{self._wire_keys(request.job)}"
+            f"{self._trim}{bulk(slot + '-0')}"
             f"$4\r\nslot\r\n{bulk(slot)}$5\r\ntoken\r\n{bulk(request.token)}"
-            f"$6\r\nholder\r\n{bulk(request.instance)}"
+            f"$6\r\nholder\r\n{bulk(request.instance)}{skip}"
         ).encode()
 
     def _xrange(self, request: ClaimRequest) -> bytes:
@@ -80,6 +89,8 @@ class StreamIdStore(StreamStore):
         except (rex.RedisError, OSError) as exc:
             await self._refuse(request.job, exc)
         if not isinstance(added, Exception):
+            if request.skip_reason is not None:
+                return skipped(request.token, request.instance, request.skip_reason)
             return decided(True, request.token, request.instance)
         if REFUSED not in str(added):
             await self._refuse(request.job, added)
@@ -89,9 +100,13 @@ class StreamIdStore(StreamStore):
             return _late(request)
         written = _token_holder(entries[0])
         if written is None:  # not as this store writes it: read it field by field, or name the key
-            _, _, token, holder = parse_entry(_entry(entries[0]), self.keys(request.job).claims)
+            _, _, token, holder, skip = parse_entry(
+                _entry(entries[0]), self.keys(request.job).claims
+            )
         else:
-            token, holder = written
+            (token, holder), skip = written, None
+        if skip is not None:
+            return skipped(token, holder, skip)
         return decided(token == request.token, token, holder)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
@@ -104,20 +119,19 @@ class StreamIdStore(StreamStore):
         return [next(claims) if r.slot > 0 else _slot_zero() for r in requests]
 
     def _decide(self, request: ClaimRequest, answer: str) -> Claim:
-        """The batch script's answer ``<state>[ <token> <holder>]`` as a `Claim`."""
+        """The batch script's answer ``<state>[ <token> <holder>...]`` as a `Claim`."""
         state, _, rest = answer.partition(" ")
-        if state in ("added", "mine"):
-            return decided(True, request.token, request.instance)
-        if state == "found":
-            return found(rest)
+        claim = answered(request, state, rest)
+        if claim is not None:
+            return claim
         if state == "late":
             return _late(request)
         raise StoreCorrupt(f"Redis answered {answer!r} to the claim script for job {request.job!r}")
 
 
 def _token_holder(raw: Any) -> tuple[str, str] | None:
-    """(token, holder) of an entry as ``XADD`` here writes it (fields slot, token, holder, in
-    that order), without building its dict; None for any other shape."""
+    """(token, holder) of a claim's entry as ``XADD`` here writes it (fields slot, token, holder,
+    in that order), without building its dict; None for any other shape (a skip's entry too)."""
     try:
         _, flat = raw
         if len(flat) == 6 and flat[2] == "token" and flat[4] == "holder" and flat[0] == "slot":

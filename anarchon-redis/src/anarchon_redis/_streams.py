@@ -1,6 +1,12 @@
 """What the no-lease strategies share: one claim stream per job (``{prefix:job}:claims``) whose
-entries carry the fields ``slot``, ``token`` and ``holder``, the outcomes won / lost / late, and
-`history` read from the stream. The store recognises its own claims everywhere (C2)."""
+entries carry the fields ``slot``, ``token`` and ``holder``, the outcomes won / lost / late /
+skipped, and `history` read from the stream. The store recognises its own claims everywhere (C2).
+
+A request with a `skip_reason` (S1) takes the slot in the same create-if-absent step as a claim,
+with an entry that also has the field ``skip`` (the reason): nobody can win the slot, the claim
+answers `skipped`, and so does every later claim that reads the entry back; `history` shows it
+``skipped`` with the reason as its error. The strategies never decide a skip themselves: the
+scheduler does, and sends the reason (T4)."""
 
 from __future__ import annotations
 
@@ -11,28 +17,42 @@ from urllib.parse import unquote
 from anarchon import (
     Capabilities,
     Claim,
+    ClaimRequest,
     Outcome,
     RunRecord,
     RunStatus,
     StoreCorrupt,
 )
+from anarchon._leases import early_claim_error
 
 from ._client import guarded
 from ._keys import JobKeys
 from ._store import RedisStore
 
-__all__ = ["Entry", "StreamStore", "decided", "found", "parse_entry"]
+__all__ = [
+    "Entry",
+    "StreamStore",
+    "answered",
+    "decided",
+    "parse_entry",
+    "record_from_entry",
+    "refuse_early",
+    "skip_tail",
+    "skipped",
+]
 
 Entry = tuple[str, dict[str, str]]
 
 
-def parse_entry(entry: Any, key: str) -> tuple[str, int, str, str]:
-    """(id, slot, token, holder) of a claim entry; anything else is `StoreCorrupt`."""
+def parse_entry(entry: Any, key: str) -> tuple[str, int, str, str, str | None]:
+    """(id, slot, token, holder, skip reason or None) of a claim entry; anything else is
+    `StoreCorrupt`."""
     try:
         entry_id, fields = entry
         slot = int(fields["slot"])
         token = fields["token"]
         holder = fields.get("holder", "")
+        skip = fields.get("skip")
     except (KeyError, TypeError, ValueError, AttributeError):
         raise StoreCorrupt(
             f"Redis stream {key} holds an entry that is not a claim ({entry!r}); anarchon writes "
@@ -40,7 +60,46 @@ def parse_entry(entry: Any, key: str) -> tuple[str, int, str, str]:
         ) from None
     if not isinstance(token, str) or not isinstance(holder, str):
         raise StoreCorrupt(f"Redis stream {key} entry {entry_id} has no token text")
-    return str(entry_id), slot, token, holder
+    if skip is not None and not isinstance(skip, str):
+        raise StoreCorrupt(f"Redis stream {key} entry {entry_id} has a skip that is not text")
+    return str(entry_id), slot, token, holder, skip
+
+
+def record_from_entry(job: str, entry: Any, key: str) -> RunRecord:
+    """A claim entry as history shows it: ``claimed`` (attempt 1), or ``skipped`` (attempt 0,
+    finished when written, the reason as its error) for a skip's entry."""
+    entry_id, slot, token, holder, skip = parse_entry(entry, key)
+    written = int(entry_id.split("-")[0])
+    if skip is None:
+        return RunRecord(
+            job=job,
+            slot=slot,
+            status=RunStatus.CLAIMED,
+            attempt=1,
+            token=token,
+            holder=holder,
+            claimed_at=written,
+        )
+    return RunRecord(
+        job=job,
+        slot=slot,
+        status=RunStatus.SKIPPED,
+        attempt=0,
+        token=token,
+        holder=holder,
+        claimed_at=written,
+        finished_at=written,
+        error=skip,
+    )
+
+
+def skip_tail(request: ClaimRequest) -> str:
+    """``<m> <skip_reason><instance>``, the end of each claim script request (``batch.lua``,
+    ``reason_holder``): m is the reason's length in bytes, 0 without one."""
+    reason = request.skip_reason
+    if reason is None:
+        return f"0 {request.instance}"
+    return f"{len(reason.encode())} {reason}{request.instance}"
 
 
 def decided(mine: bool, token: str, holder: str) -> Claim:
@@ -49,11 +108,42 @@ def decided(mine: bool, token: str, holder: str) -> Claim:
     return Claim(outcome=Outcome.LOST, attempt=1, token=token, holder=holder)
 
 
-def found(rest: str) -> Claim:
-    """`lost`, from the ``<token> <holder>`` that ends a claim script's answer ``found``
-    (another token holds the slot; ``batch.lua`` escapes the holder)."""
-    token, _, holder = rest.partition(" ")
-    return decided(False, token, unquote(holder) if "%" in holder else holder)
+def skipped(token: str, holder: str, reason: str) -> Claim:
+    """S1: the slot's entry is a skip (attempt 0, as `anarchon._leases.skipped_claim`)."""
+    return Claim(outcome=Outcome.SKIPPED, attempt=0, token=token, holder=holder, reason=reason)
+
+
+def _unescaped(text: str) -> str:
+    return unquote(text) if "%" in text else text
+
+
+def answered(request: ClaimRequest, state: str, rest: str) -> Claim | None:
+    """The `Claim` for a claim script's answer that every strategy gives (``batch.lua``):
+    ``added`` (this request's entry took the slot), ``mine``, ``found <token> <holder>`` or
+    ``skipped <token> <holder> <reason>``; None for any other state."""
+    if state in ("added", "mine"):
+        if state == "added" and request.skip_reason is not None:
+            return skipped(request.token, request.instance, request.skip_reason)
+        return decided(True, request.token, request.instance)
+    if state == "found":
+        token, _, holder = rest.partition(" ")
+        return decided(False, token, _unescaped(holder))
+    if state == "skipped":
+        token, holder, reason = (*rest.split(" ", 2), "", "")[:3]
+        return skipped(token, _unescaped(holder), _unescaped(reason))
+    return None
+
+
+def refuse_early(request: ClaimRequest, now: str, remembers_ms: int) -> None:
+    """C5: raise the `ConfigError` for a claim the script refused as ``early`` at `now` (the
+    server's clock as it answered)."""
+    error = early_claim_error(request, int(now), remembers_ms)
+    if error is None:  # the script and anarchon._leases disagree: a bug, never a win
+        raise StoreCorrupt(
+            f"Redis refused the claim of job {request.job!r} at slot {request.slot} as early at "
+            f"{now}, which anarchon does not"
+        )
+    raise error
 
 
 class StreamStore(RedisStore):
@@ -76,6 +166,7 @@ class StreamStore(RedisStore):
             overlap=False,
             history=True,
             store_clock=True,
+            skips=True,
             batch=self.batch,
             remembers_ms=self.remembers_ms,
         )
@@ -95,16 +186,6 @@ class StreamStore(RedisStore):
         entries = await self._guarded(keys, read)
         runs: dict[int, RunRecord] = {}
         for entry in entries:
-            entry_id, slot, token, holder = parse_entry(entry, keys.claims)
-            if slot in runs:
-                continue
-            runs[slot] = RunRecord(
-                job=job,
-                slot=slot,
-                status=RunStatus.CLAIMED,
-                attempt=1,
-                token=token,
-                holder=holder,
-                claimed_at=int(entry_id.split("-")[0]),
-            )
+            run = record_from_entry(job, entry, keys.claims)
+            runs.setdefault(run.slot, run)
         return [runs[s] for s in sorted(runs, reverse=True)[: max(limit, 0)]]

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
-from anarchon import RunRecord, RunStatus
+from anarchon import RunRecord
 
 from ._keys import JobKeys
 from ._runs import run_fields, run_from_value, run_value
 from ._servers import NoTLS, TLSFiles
-from ._streams import parse_entry
+from ._streams import record_from_entry
 
 if TYPE_CHECKING:
     from ._servers import PrivateServer
@@ -51,20 +51,13 @@ async def raw_run(client: aioredis.Redis, prefix: str, job: str, slot: int) -> R
 
 
 async def raw_claim(client: aioredis.Redis, prefix: str, job: str, slot: int) -> RunRecord | None:
+    """The no-lease strategies' record of (job, slot): ``claimed``, or ``skipped`` for a skip."""
     keys = JobKeys(prefix, job)
     entries: Any = await client.xrange(keys.claims)
     for entry in entries:
-        entry_id, found, token, holder = parse_entry(entry, keys.claims)
-        if found == slot:
-            return RunRecord(
-                job=job,
-                slot=slot,
-                status=RunStatus.CLAIMED,
-                attempt=1,
-                token=token,
-                holder=holder,
-                claimed_at=int(entry_id.split("-")[0]),
-            )
+        run = record_from_entry(job, entry, keys.claims)
+        if run.slot == slot:
+            return run
     return None
 
 

@@ -7,18 +7,35 @@
 -- them; text that may hold anything (a holder) is written with '%' as %25 and newlines as %0A.
 -- A job whose keys hold data anarchon did not write answers "error <message>" (escaped the same
 -- way), and the other jobs are still decided.
-local ESCAPE = {['%'] = '%25', ['\n'] = '%0A'}
+-- Text that must stay one word of an answer (a skip's reason) also has its spaces as %20.
+local ESCAPE = {['%'] = '%25', ['\n'] = '%0A', [' '] = '%20'}
 
 local function escaped(text)
   if string.find(text, '[\n%%]') then return (string.gsub(text, '[\n%%]', ESCAPE)) end
   return text
 end
 
--- (slot, token, holder, max or nil) of an entry of a claim stream: fields slot, token, holder
--- and, in the script strategy's entries, max
+local function word(text)
+  if string.find(text, '[\n%% ]') then return (string.gsub(text, '[\n%% ]', ESCAPE)) end
+  return text
+end
+
+-- A request's "<m> <skip_reason><holder>", which ends each no-lease claim request: m is the
+-- length of the caller's skip reason in bytes (0: none). Returns (skip reason or nil, holder).
+local function reason_holder(text)
+  local m, rest = string.match(text, '^(%d+) (.*)$')
+  m = tonumber(m)
+  if not m or m > #rest then error('ANARCHON malformed claim arguments') end
+  if m == 0 then return nil, rest end
+  return string.sub(rest, 1, m), string.sub(rest, m + 1)
+end
+
+-- (slot, token, holder, max or nil, skip or nil) of an entry of a claim stream: fields slot,
+-- token, holder, in the script strategy's entries max, and in a skip's entry (S1) skip, the
+-- reason the slot is not to run
 local function claim_fields(key, entry)
   local v = entry[2]
-  local slot, token, holder, most
+  local slot, token, holder, most, skip
   if v[1] == 'slot' and v[3] == 'token' and v[5] == 'holder' and (#v == 6 or
       (#v == 8 and v[7] == 'max')) then
     slot, token, holder, most = v[2], v[4], v[6], v[8]
@@ -29,7 +46,8 @@ local function claim_fields(key, entry)
       if name == 'slot' then slot = v[i + 1]
       elseif name == 'token' then token = v[i + 1]
       elseif name == 'holder' then holder = v[i + 1]
-      elseif name == 'max' then most = v[i + 1] end
+      elseif name == 'max' then most = v[i + 1]
+      elseif name == 'skip' then skip = v[i + 1] end
     end
   end
   if not slot or not string.match(slot, '^%d+$') or not token
@@ -37,17 +55,29 @@ local function claim_fields(key, entry)
     error({err = 'ANARCHON-CORRUPT key ' .. key .. ' entry ' .. entry[1]
       .. ': not a claim (fields slot, token and holder expected)'})
   end
-  return slot, token, holder, most
+  return slot, token, holder, most, skip
 end
 
--- The answer for the claim entry `id` of the stream `key`: mine (it holds `token`), found (another
--- token, given with its holder), or `absent` when the stream has no such entry.
+-- The answer for a claim entry found for the slot, to a claim with `token`: skipped (a skip's
+-- entry: its token, holder as one word, and reason), mine (it holds `token`), or found (another
+-- token, given with its holder). `now_s`, if given, follows the state word.
+local function found_answer(token, found_token, found_holder, skip, now_s)
+  local at = now_s and (' ' .. now_s) or ''
+  if skip then
+    return 'skipped' .. at .. ' ' .. found_token .. ' ' .. word(found_holder) .. ' '
+      .. escaped(skip)
+  end
+  if found_token == token then return 'mine' .. at end
+  return 'found' .. at .. ' ' .. found_token .. ' ' .. escaped(found_holder)
+end
+
+-- The answer (found_answer) for the claim entry `id` of the stream `key`, or `absent` when the
+-- stream has no such entry.
 local function entry_answer(key, id, token, absent)
   local entry = redis.call('XRANGE', key, id, id)[1]
   if not entry then return absent end
-  local _, found_token, found_holder = claim_fields(key, entry)
-  if found_token == token then return 'mine' end
-  return 'found ' .. found_token .. ' ' .. escaped(found_holder)
+  local _, found_token, found_holder, _, skip = claim_fields(key, entry)
+  return found_answer(token, found_token, found_holder, skip)
 end
 
 -- The answers of claim(first, request, option) for each job: first is the index in KEYS of

@@ -8,23 +8,31 @@
 -- A run is one flat string, which the script writes and reads for a fraction of what JSON costs:
 --   "<status> <attempt> <claimed_at> <lease_until> <keep_until> <finished_at or -> <token>
 --    <n> <holder>[|<error>]"   (one line; <n> is the length of <holder> in bytes)
+-- A skip record (S1: a slot decided not to run) is "skipped 0 <now> - <keep_until> <now> <token>
+-- <n> <holder>|<reason>": no lease, the deciding claim's token and instance, the reason as error.
 -- now is Redis TIME, read once per call (T1); a call is one atomic step for all its jobs (C1).
 --
 -- claim, for one job or many (batch.lua): KEYS = the 4 keys of each job; ARGV[1] =
 -- 'claim <history_limit>', ARGV[1 + i] = job i's request:
---   "<slot> <token> <lease_ms> <max_late_ms> <skip 1|0> <attempts> <keep_until> <instance>"
+--   "<slot> <token> <lease_ms> <max_late_ms> <skip 1|0> <attempts> <keep_until> <m>
+--    <skip_reason><instance>"   (<m>: the length of the caller's skip reason in bytes, 0: none)
 -- Each job's answer:
 --   "<outcome> <attempt> <lease_until or -> <status or -> <now> <floor or ->[ <token> <holder>]"
 -- token and holder are left out when they are the caller's own (always so for a won new run).
+-- A skipped slot answers "skipped <attempt> - skipped <now> <floor or -> <token> <reason>
+-- <holder>", always with token and holder, the reason written as one word (see word()).
 --
 -- renew, finish, release: one job's 4 keys; ARGV = op, slot, token, then renew: lease_ms |
 -- finish: status, has_error (1|0), error, history_limit. Reply 1 if the run was running with
--- that token (and was changed), else 0.
+-- that token (and was changed), else 0; finish also answers 1, changing nothing, when the run
+-- already finished with that token and that status (C2: a finish resent after its answer was
+-- lost).
 local op, now, now_s -- of the call being served: set by lease()
 local SWEEP_MAX = 100
-local RUN = '^(%l+) (%d+) (%d+) (%d+) (%d+) ([%d-]+) (%x+) (%d+) (.*)$'
-local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (.*)$'
-local STATUS = {running = true, succeeded = true, failed = true, interrupted = true}
+local RUN = '^(%l+) (%d+) (%d+) ([%d-]+) (%d+) ([%d-]+) (%x+) (%d+) (.*)$'
+local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (%d+) (.*)$'
+local STATUS = {running = true, succeeded = true, failed = true, interrupted = true,
+  skipped = true}
 
 local runs, slots, leases, events -- the keys of the job being decided
 
@@ -35,7 +43,10 @@ end
 local function decode(raw, field)
   local status, attempt, claimed, lease, keep, finished, token, n, rest = string.match(raw, RUN)
   local size = tonumber(n)
-  if not status or not STATUS[status] or tonumber(attempt) < 1 or size > #rest
+  -- only a skip record has attempt 0 and no lease
+  local skipped = status == 'skipped'
+  if not status or not STATUS[status] or size > #rest
+     or tonumber(attempt) < (skipped and 0 or 1) or (lease == '-') ~= skipped
      or (finished ~= '-' and not string.match(finished, '^%d+$')) then
     corrupt(field, 'not a run anarchon writes (status attempt claimed_at lease_until keep_until '
       .. 'finished_at token holder)')
@@ -77,17 +88,18 @@ local function event(field, what, attempt, token, holder, history_limit)
     'attempt', attempt, 'token', token, 'holder', holder)
 end
 
+-- L1 overlap: a slot of the job other than `field` that holds a live lease, or nil.
 local function other_live(field)
   for _, other in ipairs(redis.call('ZRANGEBYSCORE', leases, now, '+inf')) do
     if other ~= field then
       local raw = redis.call('HGET', runs, other)
       if raw then
         local run = decode(raw, other)
-        if run.status == 'running' and tonumber(run.lease) >= now then return true end
+        if run.status == 'running' and tonumber(run.lease) >= now then return other end
       end
     end
   end
-  return false
+  return nil
 end
 
 -- L11: beyond the newest history_limit runs, forget the oldest while they are past keep_until
@@ -117,6 +129,10 @@ local function sweep(excess, floor)
 end
 
 local function answer(outcome, run, floor, mine)
+  if run.status == 'skipped' then -- S1: the recorded reason, token and holder, always
+    return 'skipped ' .. run.attempt .. ' - skipped ' .. now_s .. ' ' .. (floor or '-') .. ' '
+      .. run.token .. ' ' .. word(string.sub(run.tail, 2)) .. ' ' .. escaped(run.holder)
+  end
   local head = outcome .. ' ' .. run.attempt .. ' ' .. run.lease .. ' ' .. run.status .. ' '
     .. now_s .. ' ' .. (floor or '-')
   if mine then return head end
@@ -125,9 +141,12 @@ end
 
 local function claim(first, request, limit)
   runs, slots, leases, events = KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
-  local field, token, lease_ms, late_ms, skip, attempts, keep, instance = string.match(request,
+  local field, token, lease_ms, late_ms, skip, attempts, keep, m, rest = string.match(request,
     CLAIM)
   if not field then error('ANARCHON malformed claim arguments') end
+  m = tonumber(m)
+  if m > #rest then error('ANARCHON malformed claim arguments') end
+  local skip_reason, instance = m > 0 and string.sub(rest, 1, m), string.sub(rest, m + 1)
   local got = redis.call('HMGET', runs, field, 'floor', 'n')
   local raw, floor, n = got[1], got[2], got[3]
   if floor and not string.match(floor, '^%d+$') then
@@ -135,11 +154,23 @@ local function claim(first, request, limit)
   end
   if not raw then -- L1
     local slot = tonumber(field)
-    if (floor and slot <= tonumber(floor)) or now - slot > tonumber(late_ms) then
+    if floor and slot <= tonumber(floor) then -- forgotten: its run may have happened
       return 'late 0 - - ' .. now_s .. ' ' .. (floor or '-')
     end
-    if skip == '1' and other_live(field) then
-      return 'overlap 0 - - ' .. now_s .. ' ' .. (floor or '-')
+    -- S1: a slot decided not to run is recorded skipped, with the reason texts of
+    -- anarchon._leases (late_reason, overlap_reason) or the caller's own
+    local reason
+    if now - slot > tonumber(late_ms) then
+      reason = 'late: slot is ' .. string.format('%d', now - slot) .. ' ms old, max_late is '
+        .. late_ms .. ' ms'
+    elseif skip_reason then
+      reason = skip_reason
+    elseif skip == '1' then
+      local holding = other_live(field)
+      if holding then
+        reason = 'overlap: slot ' .. holding .. " of this job holds a live lease and overlap is "
+          .. "'skip'"
+      end
     end
     if not n then
       n = redis.call('ZCARD', slots)
@@ -148,8 +179,16 @@ local function claim(first, request, limit)
     else
       corrupt('n', 'not a count of runs')
     end
-    local lease = string.format('%d', now + tonumber(lease_ms))
     n = n + redis.call('ZADD', slots, field, field)
+    if reason then
+      local run = {status = 'skipped', attempt = '0', claimed = now_s, lease = '-', keep = keep,
+        finished = now_s, token = token, holder = instance, tail = '|' .. reason}
+      redis.call('HSET', runs, field, encode(run), 'n', n)
+      event(field, 'skipped', '0', token, instance, limit)
+      if n > limit then sweep(math.min(n - limit, SWEEP_MAX), floor) end
+      return answer('skipped', run, floor, true)
+    end
+    local lease = string.format('%d', now + tonumber(lease_ms))
     redis.call('HSET', runs, field,
       run_text('running', '1', now_s, lease, keep, '-', token, instance, ''), 'n', n)
     redis.call('ZADD', leases, lease, field)
@@ -182,7 +221,10 @@ local function update()
   local raw = redis.call('HGET', runs, field)
   if not raw then return 0 end
   local run = decode(raw, field)
-  if run.status ~= 'running' or run.token ~= token then return 0 end
+  if run.token ~= token then return 0 end
+  if run.status ~= 'running' then -- C2: a resent finish of the same status changes nothing
+    return (op == 'finish' and run.status == ARGV[4]) and 1 or 0
+  end
   if op == 'renew' then
     run.lease = string.format('%d', now + tonumber(ARGV[4]))
   elseif op == 'release' then
