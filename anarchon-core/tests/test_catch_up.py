@@ -362,3 +362,48 @@ async def test_a_resent_finish_is_not_taken_for_fencing() -> None:
     assert await store.finish("j", request.slot, request.token, RunStatus.SUCCEEDED)
     assert await store.finish("j", request.slot, request.token, RunStatus.SUCCEEDED), "C2"
     assert not await store.finish("j", request.slot, request.token, RunStatus.FAILED)
+
+
+async def test_F1_a_forward_step_of_the_store_clock_fences_the_runner_before_its_renew() -> None:
+    clock = ShiftedClock()
+    shared = "clock-step"
+    a = scheduler(MemoryStore.create(shared, clock=clock.wall_ms), "a")
+    b = scheduler(MemoryStore.create(shared, clock=clock.wall_ms), "b")
+    store = MemoryStore.create(shared, clock=clock.wall_ms)
+    steps: list[tuple[str, int, bool]] = []
+    fenced_at: dict[str, float] = {}
+
+    for s, me in ((a, "a"), (b, "b")):
+
+        @s.job("* * * * * *", name="long", lease="9s", heartbeat="3s", max_late="3s")
+        def long(run: Run, me: str = me) -> None:
+            import time
+
+            for _ in range(500):
+                time.sleep(0.02)
+                if run.fenced:
+                    fenced_at.setdefault(me, time.monotonic())
+                    return
+                steps.append((me, run.attempt, run.fenced))
+
+    await a.start()
+    try:
+        await eventually(lambda: bool(steps), 3, "a first run")
+        holder, _, _ = steps[0]
+        slot = next(iter(e.run.slot for e in (a if holder == "a" else b).executions))
+        await b.start() if holder == "a" else await a.start()
+        first = store.raw_run("long", slot)
+        assert first is not None
+        # Step right after a renew: without the watch, the runner works on until the next one.
+        await eventually(
+            lambda: (store.raw_run("long", slot) or first).lease_until != first.lease_until, 5
+        )
+        loop = asyncio.get_running_loop()
+        stepped_at = loop.time()
+        clock.offset_ms += 20_000
+        await eventually(lambda: holder in fenced_at, 5, "the old runner fenced")
+        await eventually(lambda: any(attempt == 2 for _, attempt, _ in steps), 5, "takeover")
+    finally:
+        await asyncio.gather(a.stop(), b.stop())
+    assert fenced_at[holder] - stepped_at < 2.0, "fenced only by the next renew, 3 s later"
+    assert not [s for s in steps if s[2]], "a step ran fenced"

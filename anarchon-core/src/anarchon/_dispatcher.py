@@ -20,6 +20,7 @@ from ._catch_up import LATE_RECORDS_MAX, CatchUp, late_skip, missed_skip
 from ._claiming import TRANSPORT_ERRORS, UNANSWERED, Claimer, StoreHealth
 from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
 from ._clock import StoreClock
+from ._clock_watch import ClockWatch
 from ._jobs import JobSpec, call_job
 from ._runner import Execution
 from ._timetable import Timetable
@@ -72,6 +73,7 @@ class Dispatcher:
         # Per job, slots that turned late while the store did not answer: recorded skipped
         # (late) once it answers again, so an outage leaves no hole in the ledger.
         self._unrecorded: dict[str, list[int]] = {}
+        self._watch: asyncio.Task[None] | None = None
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -277,6 +279,7 @@ class Dispatcher:
             events=self.events,
         )
         self.executions.add(execution)
+        self._watch_clock()
         task = asyncio.create_task(execution(), name=f"anarchon-run-{spec.name}-{request.slot}")
         self.tasks.add(task)
 
@@ -286,6 +289,24 @@ class Dispatcher:
 
         task.add_done_callback(finished)
         return execution
+
+    def _watch_clock(self) -> None:
+        """While runs execute on a lease store with a clock, watch that clock for steps (F1)."""
+        store = self.store
+        if not (isinstance(store, LeaseStore) and store.capabilities.store_clock):
+            return
+        if self._watch is not None and not self._watch.done():
+            return
+        watch = ClockWatch(
+            store.now_ms, self.executions, self.store_clock.local, on_step=self._clock_stepped
+        )
+        self._watch = asyncio.create_task(watch.run(), name="anarchon-clock-watch")
+        self.tasks.add(self._watch)
+        self._watch.add_done_callback(self._task_done)
+
+    def _clock_stepped(self, step_ms: int) -> None:
+        """Fire slots by the store's new time too (T2)."""
+        self.spawn(self.store_clock.measure(), "anarchon-clock")
 
     async def _backup(
         self, spec: JobSpec, slot: int, *, poll_ms: int | None = None

@@ -64,6 +64,21 @@ class Run:
                 f"run {self.job}@{self.slot} attempt {self.attempt} is fenced: {self.fence_reason}"
             )
 
+    @property
+    def deadline(self) -> float | None:
+        """The local end of the lease on the monotonic clock (F1); None without leases."""
+        with self._lock:
+            return self._deadline
+
+    def _shorten(self, seconds: float) -> bool:
+        """The store ends the lease `seconds` earlier than counted (its clock stepped); True if
+        the shortened lease has run out."""
+        with self._lock:
+            if self._deadline is None:
+                return False
+            self._deadline -= seconds
+            return time.monotonic() >= self._deadline
+
     def _extend(self, deadline: float) -> None:
         with self._lock:
             if self._fence_reason is None:

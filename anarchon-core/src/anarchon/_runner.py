@@ -283,6 +283,18 @@ class Execution:
         if self._job is not None and self.spec.is_async:
             self._job.cancel()
 
+    def store_clock_stepped(self, step_ms: int) -> None:
+        """The store's clock stepped forward by `step_ms`: it ends the lease that much earlier
+        than counted here. Shorten the local deadline; fence at once if it has passed."""
+        run = self.run
+        if self.store is None or run.fenced:
+            return
+        if run._shorten(step_ms / 1000):
+            self._fenced(
+                f"the store's clock stepped forward by {step_ms} ms, so its view of the lease "
+                "ended before this instance's"
+            )
+
     async def abandon(self) -> None:
         """Shutdown past the grace period: release the lease (L9) so a backup takes over at once,
         then fence and cancel the job."""
