@@ -20,6 +20,7 @@ from anarchon import (
     RunRecord,
     RunStatus,
 )
+from anarchon._leases import early_claim_error
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness
 
 
@@ -91,6 +92,75 @@ class SetsUpByClaiming(MemoryStore):
             )
 
 
+class WritesNoSkipRecord(MemoryStore):
+    """Breaks S1: answers a skip (late, overlap, skip_reason) as it decides it but writes no
+    record, as overlap did before the ledger, so a later claim of the slot can win it."""
+
+    def _claim_locked(self, request: ClaimRequest, now: int) -> Claim:
+        state = self._job(request.job)
+        had_run = request.slot in state.runs
+        claim = super()._claim_locked(request, now)
+        if claim.outcome is Outcome.SKIPPED and not had_run:
+            del state.runs[request.slot]
+            state.keep.pop(request.slot, None)
+        return claim
+
+
+class WindowedMemory(MemoryStore):
+    """Opened with ``forget_after_ms`` (the harness's `short_memory`), it remembers a claim for
+    that long from when it was *written*, like a store whose idempotency window counts from the
+    write (Redis ``script``, NATS ``msg-id``), and says so in `remembers_ms`."""
+
+    window_ms: int | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities
+        if self.window_ms is None:
+            return caps
+        return attrs.evolve(caps, remembers_ms=self.window_ms)
+
+    def _claim_locked(self, request: ClaimRequest, now: int) -> Claim:
+        if self.window_ms is not None:
+            state = self._job(request.job)
+            for slot, run in list(state.runs.items()):
+                if (run.claimed_at or 0) + self.window_ms < now:
+                    del state.runs[slot]
+                    state.keep.pop(slot, None)
+        return super()._claim_locked(request, now)
+
+
+class AcceptsEarlyClaims(WindowedMemory):
+    """Breaks C5: a write-time window, and claims of any slot ahead are accepted."""
+
+
+class RefusesEarlyClaims(WindowedMemory):
+    """Keeps C5 with a write-time window: refuses a claim it could not remember until
+    ``slot + max_late`` (the shared `early_claim_error`). Must be certified."""
+
+    async def claim(self, request: ClaimRequest) -> Claim:
+        if self.window_ms is not None:
+            error = early_claim_error(request, self.clock(), self.window_ms)
+            if error is not None:
+                raise error
+        return await super().claim(request)
+
+
+class FinishNotIdempotent(MemoryStore):
+    """Breaks L8 (C2 for finish): a finish resent after the run finished is False, as if the
+    runner had been fenced."""
+
+    async def finish(
+        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+    ) -> bool:
+        return self._update(
+            job,
+            slot,
+            token,
+            lambda r, now: attrs.evolve(r, status=status, finished_at=now, error=error),
+        )
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -113,7 +183,11 @@ class BrokenHarness(BackendHarness):
         address: tuple[str, int] | None = None,
         **options: Any,
     ) -> ClaimStore:
+        window = options.pop("forget_after_ms", None)
         store = self.store_class.create(f"conf{self.run_id}", prefix=prefix, **options)
+        if window is not None:
+            assert isinstance(store, WindowedMemory)
+            store.window_ms = window
         await store.open()
         self._stores.append(store)
         return store
@@ -121,6 +195,15 @@ class BrokenHarness(BackendHarness):
     @property
     def capabilities(self) -> Capabilities:
         return MemoryStore.create().capabilities
+
+    shortest_memory_ms: ClassVar[int] = 0
+    """The shortest memory a `WindowedMemory` store can be given (as if the store had a lower
+    bound on its window)."""
+
+    def short_memory(self, remembers_ms: int) -> dict[str, Any] | None:
+        if issubclass(self.store_class, WindowedMemory):
+            return {"forget_after_ms": max(remembers_ms, self.shortest_memory_ms)}
+        return None
 
     def backdoor(self, prefix: str) -> MemoryStore:
         return MemoryStore.create(f"conf{self.run_id}", prefix=prefix)
@@ -164,3 +247,29 @@ class PreparesByClaimingHarness(BrokenHarness):
 
 class SetsUpByClaimingHarness(BrokenHarness):
     store_class = SetsUpByClaiming
+
+
+class WritesNoSkipRecordHarness(BrokenHarness):
+    store_class = WritesNoSkipRecord
+
+
+class AcceptsEarlyClaimsHarness(BrokenHarness):
+    store_class = AcceptsEarlyClaims
+
+
+class AcceptsEarlyClaimsLongHarness(BrokenHarness):
+    """Breaks C5 with a window longer than the kit waits: the kit cannot see it forget, so it
+    must not take the early claims it accepted on trust."""
+
+    store_class = AcceptsEarlyClaims
+    shortest_memory_ms = 30_000
+
+
+class RefusesEarlyClaimsHarness(BrokenHarness):
+    """Not broken: a write-time window that refuses early claims passes C5."""
+
+    store_class = RefusesEarlyClaims
+
+
+class FinishNotIdempotentHarness(BrokenHarness):
+    store_class = FinishNotIdempotent

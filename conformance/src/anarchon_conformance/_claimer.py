@@ -33,7 +33,7 @@ async def claim_all(spec: dict[str, Any]) -> list[list[Any]]:
                 token=new_token(),
                 instance=spec["instance"],
                 lease_ms=60_000,
-                max_late_ms=600_000,
+                max_late_ms=spec["max_late_ms"],
                 overlap=Overlap.ALLOW,
             )
             claim = await claim_as_scheduled(store, request)

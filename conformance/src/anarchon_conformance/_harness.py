@@ -94,6 +94,18 @@ class BackendHarness(abc.ABC):
         """The server's name and version for the certificate (``"MariaDB 10.11.6"``)."""
         return "n/a"
 
+    def short_memory(self, remembers_ms: int) -> dict[str, Any] | None:
+        """Options for `open_store` under which the store remembers a claim for about
+        `remembers_ms` (the ``capabilities.remembers_ms`` of a store opened with them must say
+        how long), or None (the default) when its memory cannot be shortened.
+
+        The C5 check (early claims) opens its store with them: it must wait past a store's
+        memory to see whether a claim sent before its slot is forgotten while the slot can still
+        be claimed, and it waits a few seconds at most. A store that remembers longer, with no
+        shorter option, is checked only as far as that budget reaches. Redis ``script`` gives
+        ``{"window_ms": remembers_ms}``, NATS ``msg-id`` its ``duplicate_window_ms``."""
+        return None
+
     # -- backdoors (bypass the store class under test) ------------------------------------------
     @abc.abstractmethod
     async def force_expire(self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX) -> None:

@@ -28,14 +28,33 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(id="C2", description="idempotent per token: a resent claim is `won` again"),
     Rule(id="C3", description="fail closed: an ambiguous answer is never `won`"),
-    Rule(id="L1", description="claim with no run: late, overlap, or won attempt 1"),
+    Rule(
+        id="C5",
+        description="early claims: claims sent before their slot never win twice (refused or "
+        "remembered)",
+        required=True,
+    ),
+    Rule(
+        id="S1",
+        description="the ledger: a decided skip is recorded with its reason, later claims answer "
+        "`skipped`, never `won`",
+    ),
+    Rule(
+        id="L1",
+        description="claim with no run: forgotten `late`, `skipped` (late, skip_reason, overlap), "
+        "or won attempt 1",
+    ),
     Rule(id="L2", description="running, same token: won, nothing changes"),
     Rule(id="L3", description="running, other token, live lease: running"),
     Rule(id="L4", description="lease ran out, attempts left: takeover, attempt + 1"),
     Rule(id="L5", description="lease ran out, no attempts left: interrupted, done"),
     Rule(id="L6", description="finished run: done for every token"),
     Rule(id="L7", description="renew only with the holding token"),
-    Rule(id="L8", description="finish only with the holding token"),
+    Rule(
+        id="L8",
+        description="finish only with the holding token; resent with the same token and status: "
+        "True, nothing changes (C2 for finish)",
+    ),
     Rule(id="L9", description="release only with the holding token; a backup takes over at once"),
     Rule(id="L10", description="check: a plain read, the claim step only for an expired lease"),
     Rule(id="L11", description="retention: runs kept long enough, history kept separately"),

@@ -6,10 +6,12 @@ None is collected by itself (no ``Test`` prefix): a backend author writes
 
 from __future__ import annotations
 
+from .early_claims import EarlyClaimTests
 from .fencing import FencingTests
 from .idempotence import IdempotenceTests
 from .isolation import IsolationTests
 from .leases import LeaseTests
+from .ledger import LedgerTests
 from .memory_rule import MemoryRuleTests
 from .prepare import PrepareTests
 from .reconnect import ReconnectTests
@@ -19,10 +21,12 @@ from .stateful import StatefulTests
 
 __all__ = [
     "ConformanceSuite",
+    "EarlyClaimTests",
     "FencingTests",
     "IdempotenceTests",
     "IsolationTests",
     "LeaseTests",
+    "LedgerTests",
     "MemoryRuleTests",
     "PrepareTests",
     "ReconnectTests",
@@ -35,6 +39,8 @@ __all__ = [
 class ConformanceSuite(
     SingleWinnerTests,
     IdempotenceTests,
+    EarlyClaimTests,
+    LedgerTests,
     LeaseTests,
     FencingTests,
     MemoryRuleTests,

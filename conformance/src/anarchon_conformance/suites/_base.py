@@ -33,6 +33,8 @@ __all__ = [
     "HarnessSuite",
     "capability_doc",
     "claim_as_scheduled",
+    "default_max_late_ms",
+    "memory_max_late_ms",
     "optional",
     "require",
     "within",
@@ -77,6 +79,29 @@ def require(harness: BackendHarness, *flags: str) -> None:
 NOT_WON = (Outcome.LOST, Outcome.UNKNOWN, Outcome.RUNNING, Outcome.DONE)
 """What a claim of a run another token holds may answer."""
 
+MAX_LATE_MS = 60_000
+"""The kit's usual ``max_late`` for its claims, on stores that remember long enough."""
+AHEAD_MS = 5_000
+"""How far ahead of the clock the kit's checks claim slots (the next few seconds)."""
+
+
+def default_max_late_ms(caps: Capabilities) -> int:
+    """The kit's usual ``max_late``, cut to the store's memory: a store that remembers a claim
+    for a window counted from when it is written refuses (C5) a claim it could not remember until
+    ``slot + max_late``, so the kit leaves `AHEAD_MS` of the memory for the slots it claims
+    ahead; the scheduler never asks for more (T3 refuses such a job at start)."""
+    if caps.remembers_ms is None:
+        return MAX_LATE_MS
+    memory = caps.remembers_ms
+    return min(MAX_LATE_MS, max(memory - AHEAD_MS, memory // 2))
+
+
+def memory_max_late_ms(caps: Capabilities) -> int:
+    """A ``max_late`` so long that a slot within the store's memory is never late: the checks
+    that a run is remembered (T3) ask with it, so that only the store's memory can refuse them.
+    The store's whole memory when it is finite (longer would be a claim a C5 store refuses)."""
+    return 3_600_000 if caps.remembers_ms is None else caps.remembers_ms
+
 
 def optional(store: ClaimStore, protocol: type[T], what: str) -> T:
     """`store` as an optional `protocol` it implements, or skip (not applicable: `what`)."""
@@ -98,6 +123,9 @@ class HarnessSuite:
 
     instance = "conformance:1:aaaa"
 
+    max_late_ms = MAX_LATE_MS
+    """The ``max_late`` of `request` unless given: `default_max_late_ms` of the harness."""
+
     @pytest_asyncio.fixture
     async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[BackendHarness]:
         cls = getattr(self, "harness_class", None)
@@ -108,6 +136,7 @@ class HarnessSuite:
         harness = cls(request.config.getoption("anarchon_url", default=None))
         await within(harness.setup(), 60)
         try:
+            self.max_late_ms = default_max_late_ms(harness.capabilities)
             await self._record_backend(request, harness)
             yield harness
         finally:
@@ -157,9 +186,10 @@ class HarnessSuite:
         token: str | None = None,
         instance: str | None = None,
         lease_ms: int = 60_000,
-        max_late_ms: int = 60_000,
+        max_late_ms: int | None = None,
         overlap: Overlap = Overlap.ALLOW,
         attempts: int = 3,
+        skip_reason: str | None = None,
     ) -> ClaimRequest:
         return ClaimRequest(
             job=job,
@@ -167,9 +197,10 @@ class HarnessSuite:
             token=token or new_token(),
             instance=instance or self.instance,
             lease_ms=lease_ms,
-            max_late_ms=max_late_ms,
+            max_late_ms=self.max_late_ms if max_late_ms is None else max_late_ms,
             overlap=overlap,
             attempts=attempts,
+            skip_reason=skip_reason,
         )
 
 

@@ -91,6 +91,71 @@ class FencingTests(HarnessSuite):
             "L8: a run is finished once"
         )
 
+    @rule("L8")
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED])
+    async def test_L8_C2_resent_finish_is_true_and_changes_nothing(
+        self, harness: BackendHarness, status: RunStatus
+    ) -> None:
+        """C2 for finish: a finish resent after its first answer was lost (same token, same
+        status) is True again and writes nothing; any other finish of a finished run is False."""
+        require(harness, "leases", "fencing")
+        store = await self.open_lease(harness)
+        other = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l8c2", slot)
+        assert (await within(store.claim(request))).won
+        assert await within(store.finish("l8c2", slot, request.token, status, "first"))
+        done = await within(harness.raw_run("l8c2", slot))
+        assert done is not None and done.status is status and done.error == "first", done
+        for resent_by in (store, other):
+            assert await within(resent_by.finish("l8c2", slot, request.token, status, "first")), (
+                f"L8/C2: a finish resent with the same token and status ({status}) must be True "
+                "again: its first answer may have been lost, and False reads as fenced"
+            )
+        assert await within(store.finish("l8c2", slot, request.token, status, "other text")), (
+            "L8/C2: a resent finish is recognised by token and status"
+        )
+        assert await within(harness.raw_run("l8c2", slot)) == done, (
+            "L8/C2: a resent finish writes nothing (not finished_at, not the error)"
+        )
+        flipped = RunStatus.FAILED if status is RunStatus.SUCCEEDED else RunStatus.SUCCEEDED
+        for token, finish_status, what in (
+            (request.token, flipped, f"another status ({flipped}) after finishing"),
+            (request.token, RunStatus.INTERRUPTED, "interrupted after finishing"),
+            (self.request("l8c2", slot).token, status, "another token, the same status"),
+        ):
+            assert not await within(store.finish("l8c2", slot, token, finish_status)), (
+                f"L8: a finish with {what} must be False (the run finished once)"
+            )
+        assert await within(harness.raw_run("l8c2", slot)) == done, (
+            "L8: a refused finish writes nothing"
+        )
+
+    @rule("L8")
+    @pytest.mark.asyncio
+    async def test_L8_C2_resent_finish_after_takeover_is_fenced(
+        self, harness: BackendHarness
+    ) -> None:
+        """The runner taken over resends its finish: still False, however often; the new
+        holder's finish, resent, still True."""
+        require(harness, "leases", "fencing")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        old = self.request("l8c2t", slot)
+        assert (await within(store.claim(old))).won
+        await within(harness.force_expire("l8c2t", slot))
+        new = self.request("l8c2t", slot)
+        assert (await within(store.claim(new))).won
+        assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED))
+        for _ in range(2):
+            assert not await within(store.finish("l8c2t", slot, old.token, RunStatus.SUCCEEDED)), (
+                "L8: the taken-over runner's finish stays fenced, even with the winner's status"
+            )
+            assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED))
+        run = await within(harness.raw_run("l8c2t", slot))
+        assert run is not None and run.attempt == 2 and run.token == new.token, run
+
     @rule("L9")
     @pytest.mark.asyncio
     async def test_L9_release_only_with_the_holding_token(self, harness: BackendHarness) -> None:

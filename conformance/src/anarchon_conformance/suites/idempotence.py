@@ -1,5 +1,6 @@
 """C2 (a resent claim is recognised) and C3 (an ambiguous answer is never `won`), directly and
-through the fault-injecting proxy, which loses the reply to each request of a claim in turn."""
+through the fault-injecting proxy, which loses the reply to each request of a claim in turn; and
+C2 for finish (L8) through the proxy: a resent finish whose first reply was lost is True."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import asyncio
 
 import pytest
 
-from anarchon import Claim, ClaimRequest, ClaimStore, Outcome, RunStatus, StoreUnavailable
+from anarchon import (
+    Claim,
+    ClaimRequest,
+    ClaimStore,
+    LeaseStore,
+    Outcome,
+    RunStatus,
+    StoreUnavailable,
+)
 
 from .._harness import BackendHarness
 from .._rules import rule
@@ -40,6 +49,18 @@ async def resend(store: ClaimStore, request: ClaimRequest, tries: int = 30) -> C
         except StoreUnavailable:
             await asyncio.sleep(0.1)
     raise AssertionError(f"the store did not answer {tries} resends of one claim")
+
+
+async def resend_finish(
+    store: LeaseStore, job: str, slot: int, token: str, tries: int = 30
+) -> bool:
+    """The runtime's resend of a finish after a transport error."""
+    for _ in range(tries):
+        try:
+            return await within(store.finish(job, slot, token, RunStatus.FAILED))
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the store did not answer {tries} resends of one finish")
 
 
 class IdempotenceTests(HarnessSuite):
@@ -111,6 +132,53 @@ class IdempotenceTests(HarnessSuite):
                     break
             else:
                 pytest.fail(f"a claim took more than {MAX_WRITES} writes through the proxy")
+            assert proxy.replies_dropped >= 1, "the proxy never lost a reply: nothing was checked"
+
+    @rule("L8")
+    @pytest.mark.asyncio
+    async def test_L8_C2_lost_finish_reply_through_proxy(self, harness: BackendHarness) -> None:
+        """The reply to each request of a finish is lost in turn; the runner resends the finish
+        (as the runtime does) and must hear True, with the run finished once."""
+        require(harness, "leases", "fencing")
+        address = _require_address(harness)
+        async with FaultProxy(*address) as proxy:
+            store = await self.open_lease(harness, address=proxy.address)
+            direct = await self.open_lease(harness)
+            slot = await self.current_slot(direct)
+            await within(store.now_ms())
+            for writes in range(1, MAX_WRITES + 1):
+                job = f"l8p{writes}"
+                request = self.request(job, slot)
+                assert (await within(direct.claim(request))).won
+                proxy.drop_reply_after(writes)
+                try:
+                    first = await within(store.finish(job, slot, request.token, RunStatus.FAILED))
+                    assert first, (
+                        "L8/C2: the holder's finish must be True, also when the store resent it "
+                        "itself after a lost reply"
+                    )
+                except StoreUnavailable:
+                    pass
+                except AssertionError:
+                    raise
+                except Exception as exc:
+                    raise AssertionError(
+                        f"a lost reply must raise StoreUnavailable, got {exc!r}"
+                    ) from exc
+                untouched = proxy.drop_pending
+                proxy.heal()
+                again = await resend_finish(store, job, slot, request.token)
+                assert again, (
+                    f"L8/C2: the finish resent after the reply to write {writes} was lost must "
+                    "be True (same token, same status); False reads as fenced"
+                )
+                run = await within(harness.raw_run(job, slot))
+                assert run is not None and run.status is RunStatus.FAILED, run
+                assert run.token == request.token and run.attempt == 1, run
+                if untouched:
+                    break
+            else:
+                pytest.fail(f"a finish took more than {MAX_WRITES} writes through the proxy")
             assert proxy.replies_dropped >= 1, "the proxy never lost a reply: nothing was checked"
 
     @rule("C3")

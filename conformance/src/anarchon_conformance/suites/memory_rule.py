@@ -11,7 +11,7 @@ from anarchon import Outcome, RunStatus
 
 from .._harness import BackendHarness
 from .._rules import rule
-from ._base import HarnessSuite, within
+from ._base import HarnessSuite, memory_max_late_ms, within
 
 __all__ = ["MemoryRuleTests"]
 
@@ -35,6 +35,7 @@ class MemoryRuleTests(HarnessSuite):
         if caps.leases:
             assert await within(store.finish("t3", slot, request.token, RunStatus.SUCCEEDED))  # type: ignore[attr-defined]
         horizon = caps.remembers_ms if caps.remembers_ms is not None else 1_000
+        asking = memory_max_late_ms(caps)
         ages = sorted({50, min(horizon, BUDGET_MS) - 100})
         for age in ages:
             delay = slot + age - await self.now(store)
@@ -53,7 +54,7 @@ class MemoryRuleTests(HarnessSuite):
                 )
             )
             again = await within(
-                store.claim(self.request("t3", slot, lease_ms=100, max_late_ms=3_600_000))
+                store.claim(self.request("t3", slot, lease_ms=100, max_late_ms=asking))
             )
             assert not again.won, (
                 f"T3: {age} ms after its slot the store forgot a run it must remember "

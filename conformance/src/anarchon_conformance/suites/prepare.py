@@ -13,7 +13,7 @@ from anarchon import Claim, ClaimStore, Outcome, SupportsPrepare
 
 from .._harness import BackendHarness
 from .._rules import rule
-from ._base import NOT_WON, HarnessSuite, optional, within
+from ._base import NOT_WON, HarnessSuite, memory_max_late_ms, optional, within
 from .memory_rule import BUDGET_MS
 
 __all__ = ["PrepareTests"]
@@ -98,7 +98,8 @@ class PrepareTests(HarnessSuite):
         await self.until(store, slot)
         assert (await within(store.claim(self.request("prep-t3", slot, max_late_ms=300)))).won
         await self.until(store, await self.now(store) + min(horizon, BUDGET_MS) - 100)
-        again = await within(store.claim(self.request("prep-t3", slot, max_late_ms=3_600_000)))
+        asking = memory_max_late_ms(caps)
+        again = await within(store.claim(self.request("prep-t3", slot, max_late_ms=asking)))
         assert not again.won, (
             f"T3: the store forgot a prepared run it must remember (remembers_ms="
             f"{caps.remembers_ms}) and let another token win it: {again}"

@@ -112,6 +112,7 @@ class SingleWinnerTests(HarnessSuite):
                 "tasks": self.c1_tasks,
                 "start_at": start_at,
                 "instance": f"proc:{n}:0000",
+                "max_late_ms": self.max_late_ms,
             }
             procs.append(
                 await asyncio.create_subprocess_exec(

@@ -34,17 +34,22 @@ LATE_AGE_MS = 3_600_000
 """Slots this old are late in both stores; the others are far from every time boundary, so the
 two clocks never disagree on an outcome."""
 
+SKIP_REASON = "coalesced: a newer slot is due too (model step)"
+
 _prefixes = itertools.count()
 
 
 def _claim_view(claim: Claim) -> tuple[Any, ...]:
-    return (claim.outcome, claim.attempt)
+    # A skip's kind, not its text: the text names the slot holding a lease (any one of several)
+    # and a late slot's age, which the two stores see a few milliseconds apart.
+    return (claim.outcome, claim.attempt, claim.skip_kind)
 
 
 def _run_view(run: RunRecord | None) -> tuple[Any, ...] | None:
     if run is None:
         return None
-    return (run.status, run.attempt, run.token, run.holder)
+    kind = (run.error or "").split(":", 1)[0] if run.status is RunStatus.SKIPPED else None
+    return (run.status, run.attempt, run.token, run.holder, kind)
 
 
 def _wall_ms() -> int:
@@ -98,7 +103,14 @@ def build_machine(harness: BackendHarness, loop: asyncio.AbstractEventLoop) -> t
             if ours.token is not None:
                 self.agree(f"{what} token", ours.token, theirs.token)
 
-        def make(self, instance: int, job: str, slot: int, overlap: Overlap) -> ClaimRequest:
+        def make(
+            self,
+            instance: int,
+            job: str,
+            slot: int,
+            overlap: Overlap,
+            skip_reason: str | None = None,
+        ) -> ClaimRequest:
             return ClaimRequest(
                 job=job,
                 slot=self.slots[slot],
@@ -108,6 +120,7 @@ def build_machine(harness: BackendHarness, loop: asyncio.AbstractEventLoop) -> t
                 max_late_ms=600_000,
                 overlap=overlap,
                 attempts=2,
+                skip_reason=skip_reason,
             )
 
         # -- steps --------------------------------------------------------------------------
@@ -127,6 +140,33 @@ def build_machine(harness: BackendHarness, loop: asyncio.AbstractEventLoop) -> t
             )
             self.agree_run(job, request.slot)
             return (instance, request)
+
+        @step(
+            target=requests,
+            instance=st.integers(0, INSTANCES - 1),
+            job=st.sampled_from(JOBS),
+            slot=st.integers(0, 4),
+        )
+        def skip(self, instance: int, job: str, slot: int) -> Any:
+            """A claim with a skip_reason (catch-up 'latest' coalescing an older slot)."""
+            request = self.make(instance, job, slot, Overlap.ALLOW, SKIP_REASON)
+            self.agree_claim(
+                f"skip {request}",
+                run(self.stores[instance].claim(request)),
+                run(self.model.claim(request)),
+            )
+            self.agree_run(job, request.slot)
+            return (instance, request)
+
+        @step(job=st.sampled_from(JOBS))
+        def history(self, job: str) -> None:
+            if not harness.capabilities.history:
+                return
+            self.agree(
+                f"history of {job}",
+                [(r.slot, _run_view(r)) for r in run(self.stores[0].history(job, 10))],
+                [(r.slot, _run_view(r)) for r in run(self.model.history(job, 10))],
+            )
 
         @step(sent=requests, instance=st.integers(0, INSTANCES - 1))
         def resend(self, sent: tuple[int, ClaimRequest], instance: int) -> None:
