@@ -91,9 +91,17 @@ class NATSHarness(BackendHarness):
             overlap=False,
             history=True,
             store_clock=False,
+            skips=True,
             batch=True,
             remembers_ms=int(window.removesuffix("s")) * 1000 if window else None,
         )
+
+    def short_memory(self, remembers_ms: int) -> dict[str, Any] | None:
+        """The stream's window, counted from the write: msg-id's duplicate window,
+        expected-seq's max_age (the C5 check waits past it)."""
+        if self.strategy == "msg-id":
+            return {"duplicate_window_ms": remembers_ms}
+        return {"max_age_ms": remembers_ms}
 
     async def server_version(self) -> str:
         return f"NATS {self.nc.connected_server_version}"
@@ -127,6 +135,16 @@ class NATSHarness(BackendHarness):
                 found.append(msg)
         for msg in found:
             body = json.loads(msg.data or b"{}")
+            if body.get("slot") == slot and "skip" in body:
+                return RunRecord(
+                    job=job,
+                    slot=slot,
+                    status=RunStatus.SKIPPED,
+                    attempt=0,
+                    token=body["token"],
+                    holder=body["instance"],
+                    error=body["skip"],
+                )
             if body.get("slot") == slot:
                 return RunRecord(
                     job=job,

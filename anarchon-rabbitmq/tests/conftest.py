@@ -69,18 +69,26 @@ async def message_count(queue: str) -> int | None:
         await connection.close()
 
 
-async def stored_token(queue: str) -> str | None:
-    """The token of the claim `queue` holds (None when it holds none), read without taking it:
-    the message is fetched unacknowledged and requeued when the connection closes."""
+async def stored_body(queue: str) -> dict[str, object] | None:
+    """The claim `queue` holds, as JSON (None when it holds none), read without taking it: the
+    message is fetched unacknowledged and requeued when the connection closes."""
     connection = await aiormq.connect(AMQP_URL)
     try:
         channel = await connection.channel()
         got = await channel.basic_get(queue, no_ack=False)
         if got.delivery_tag is None:
             return None
-        return str(json.loads(got.body)["token"])
+        body = json.loads(got.body)
+        assert isinstance(body, dict)
+        return body
     finally:
         await connection.close()
+
+
+async def stored_token(queue: str) -> str | None:
+    """The token of the claim `queue` holds (None when it holds none), read as `stored_body`."""
+    body = await stored_body(queue)
+    return None if body is None else str(body["token"])
 
 
 async def delete_queues(names: Iterable[str]) -> None:

@@ -78,8 +78,14 @@ class RabbitMQHarness(BackendHarness):
             overlap=False,
             history=False,
             store_clock=False,
+            skips=False,
             remembers_ms=SLOT_TTL_MS - PREPARE_AHEAD_MS,
         )
+
+    def short_memory(self, remembers_ms: int) -> dict[str, Any] | None:
+        """A queue that expires `remembers_ms` after it is made, never prepared ahead (so the
+        store remembers a run that long after its slot, and a claim that long from its write)."""
+        return {"slot_ttl_ms": max(remembers_ms, 1_000), "prepare_ahead_ms": 0}
 
     async def server_version(self) -> str:
         return f"RabbitMQ {self.version}"

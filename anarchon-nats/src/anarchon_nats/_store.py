@@ -5,7 +5,8 @@ msg-id (default): every instance publishes the claim for (job, slot) with the sa
 duplicate acknowledgement carrying the stored message's sequence, which is read back and its token
 compared (C2). expected-seq: the claim goes to the slot's own subject with
 ``Nats-Expected-Last-Subject-Sequence: 0``, which only the first publish passes; a refusal reads
-the subject's message back and compares tokens.
+the subject's message back and compares tokens. A request with a `skip_reason` publishes, in the
+same way, a skip message (`_records`) that takes the slot: the ledger (S1) as NATS keeps it.
 
 A single claim's publish and read-back are requests on the store's own reply subscription
 (`_replies`), and their answers are read by `_answers`; nats-py's JetStream context serves the
@@ -57,9 +58,10 @@ from ._connection import (
     translate,
 )
 from ._options import NATSOptions
-from ._records import decode, encode
+from ._records import answer_from, decode, encode, taken
 from ._replies import Replies
 from ._stream import Subjects, ensure_stream
+from ._timing import judge_time
 
 __all__ = ["NATSStore"]
 
@@ -94,9 +96,12 @@ def _in_process(exc: BaseException) -> bool:
 class NATSStore(ClaimStore):
     """Claim store on a NATS JetStream stream (DESIGN section 4, store facts: NATS).
 
-    No leases: a claim is `won` or `lost` (or `late`). Lateness is judged by this instance's
-    clock (T4): a slot older than ``max_late_ms``, or older than the stream remembers a run
-    (`Capabilities.remembers_ms`), is `late` and nothing is published.
+    No leases: a claim is `won` or `lost` (or `late`); a request with a `skip_reason` takes the
+    slot with a skip message, which answers `skipped` to it and to every later claim (S1).
+    Lateness is judged by this instance's clock (T4): a slot older than ``max_late_ms``, or older
+    than the stream remembers a run (`Capabilities.remembers_ms`), is `late` and nothing is
+    published; a slot so far ahead that the stream could forget its claim before
+    ``slot + max_late_ms`` is refused with `ConfigError` (C5).
     """
 
     Options: ClassVar[type[StoreOptions]] = NATSOptions
@@ -142,6 +147,7 @@ class NATSStore(ClaimStore):
             overlap=False,
             history=True,
             store_clock=False,
+            skips=True,
             batch=True,
             remembers_ms=self.options.remembers_ms,
         )
@@ -260,22 +266,10 @@ class NATSStore(ClaimStore):
         return self._replies
 
     # -- claims ----------------------------------------------------------------------------------
-    def _late(self, request: ClaimRequest) -> Claim | None:
-        """T4 by this instance's clock; T3: never publish a slot the stream may have forgotten."""
-        age = _wall_ms() - request.slot
-        if age > request.max_late_ms:
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=f"the slot is {age} ms old by this instance's clock, more than max_late "
-                f"({request.max_late_ms} ms)",
-            )
-        if age > self.options.remembers_ms:
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=f"the slot is {age} ms old, older than stream {self.stream} remembers a run "
-                f"({self.options.remembers_ms} ms, T3)",
-            )
-        return None
+    def _judge_time(self, request: ClaimRequest) -> Claim | None:
+        """`late` or None by this instance's clock; `ConfigError` for a claim too far ahead of
+        its slot for the stream to remember it (C5, `_timing`)."""
+        return judge_time(request, _wall_ms(), self.options.remembers_ms, self.stream)
 
     def _headers(self, request: ClaimRequest) -> dict[str, str]:
         if self.options.strategy == "msg-id":
@@ -291,14 +285,13 @@ class NATSStore(ClaimStore):
             "other stream's subjects or use another prefix"
         )
 
-    @staticmethod
-    def _won(request: ClaimRequest) -> Claim:
-        return Claim(outcome=Outcome.WON, attempt=1, token=request.token, holder=request.instance)
-
     async def claim(self, request: ClaimRequest) -> Claim:
         """Publish the claim (C1: the stream stores one per run); a refusal or duplicate is read
-        back and its token compared (C2). `StoreUnavailable` on transport errors."""
-        late = self._late(request)
+        back and its token compared (C2). A request with a `skip_reason` publishes a skip in the
+        same way: it takes the slot and answers `skipped`, and so does every later claim of the
+        slot (S1). `ConfigError` for a slot too far ahead (C5); `StoreUnavailable` on transport
+        errors."""
+        late = self._judge_time(request)
         if late is not None:
             return late
         replies = self._open_replies()
@@ -322,7 +315,7 @@ class NATSStore(ClaimStore):
                     raise self._captured(exc.stream) from None
                 if duplicate:
                     return await self._read_back(request, seq)
-                return self._won(request)
+                return taken(request, _wall_ms())
         except AnarchonError:
             raise
         except DRIVER_ERRORS as exc:
@@ -333,8 +326,9 @@ class NATSStore(ClaimStore):
         )
 
     async def _read_back(self, request: ClaimRequest, seq: int | None) -> Claim:
-        """The stored claim for the run: mine is `won` (a resend, C2), another token's is `lost`;
-        gone (aged out or deleted) is `lost` as well, never `won` (C3)."""
+        """The stored claim for the run: a skip is `skipped` (S1), mine is `won` (a resend, C2),
+        another token's is `lost`; gone (aged out or deleted) is `lost` as well, never `won`
+        (C3)."""
         replies = self._open_replies()
         if seq is not None:
             query: dict[str, Any] = {"seq": seq}
@@ -357,15 +351,14 @@ class NATSStore(ClaimStore):
                 f"message {stored} of stream {self.stream} holds {record.job}@{record.slot}, "
                 f"expected {request.job}@{request.slot}"
             )
-        if record.token == request.token:
-            return self._won(request)
-        return Claim(outcome=Outcome.LOST, attempt=1, token=record.token, holder=record.holder)
+        return answer_from(record, request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """Every claim published at once, the acknowledgements awaited together; duplicates and
-        refusals are then read back as in `claim`. Answers are in the order of `requests`."""
+        refusals are then read back as in `claim`. Answers are in the order of `requests`.
+        A request too far ahead of its slot (C5) raises `ConfigError` before anything is sent."""
         nc = self._client()
-        answers: list[Claim | None] = [self._late(r) for r in requests]
+        answers: list[Claim | None] = [self._judge_time(r) for r in requests]
         todo = [i for i, answer in enumerate(answers) if answer is None]
         try:
             acks = await publish_all(
@@ -393,7 +386,7 @@ class NATSStore(ClaimStore):
                 if duplicate:
                     again[i] = self._read_back(requests[i], seq)
                 else:
-                    answers[i] = self._won(requests[i])
+                    answers[i] = taken(requests[i], _wall_ms())
             elif isinstance(ack, APIError) and ack.err_code in (
                 ERR_WRONG_LAST_SEQUENCE,
                 ERR_DUPLICATE_IN_PROCESS,

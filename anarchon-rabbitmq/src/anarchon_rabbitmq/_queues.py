@@ -62,17 +62,18 @@ def queue_arguments(slot_ttl_ms: int) -> dict[str, Any]:
 
 
 def claim_body(request: ClaimRequest, now_ms: int) -> bytes:
-    """The claim as JSON, for whoever inspects the queue (it is never consumed)."""
-    return json.dumps(
-        {
-            "job": request.job,
-            "slot": request.slot,
-            "token": request.token,
-            "instance": request.instance,
-            "claimed_at": now_ms,
-        },
-        separators=(",", ":"),
-    ).encode()
+    """The claim as JSON, for whoever inspects the queue (it is never consumed). A request with
+    a `skip_reason` holds the queue as a skip: ``"skip": <reason>`` (the ledger, S1)."""
+    body: dict[str, object] = {
+        "job": request.job,
+        "slot": request.slot,
+        "token": request.token,
+        "instance": request.instance,
+        "claimed_at": now_ms,
+    }
+    if request.skip_reason is not None:
+        body["skip"] = request.skip_reason
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def claim_properties(request: ClaimRequest, now_ms: int) -> spec.Basic.Properties:
@@ -82,6 +83,7 @@ def claim_properties(request: ClaimRequest, now_ms: int) -> spec.Basic.Propertie
         delivery_mode=2,
         message_id=request.token,
         app_id="anarchon",
+        message_type="claim" if request.skip_reason is None else "skip",
         timestamp=None,
         headers={"claimed_at": now_ms},
     )

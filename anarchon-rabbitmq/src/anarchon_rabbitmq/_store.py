@@ -39,6 +39,7 @@ from ._queues import (
     queue_arguments,
     queue_name,
 )
+from ._timing import judge_time
 
 __all__ = ["RabbitMQStore"]
 
@@ -73,7 +74,11 @@ class RabbitMQStore(ClaimStore):
     the queue full and `won` only when its own publish filled the empty queue.
 
     No store clock: lateness is judged by this instance's clock (T4), and a slot older than
-    ``slot_ttl_ms`` is `late` whatever ``max_late`` says, because the broker may have forgotten it.
+    `Capabilities.remembers_ms` is `late` whatever ``max_late`` says, because the broker may have
+    forgotten it; a slot too far ahead is refused (C5, `_timing`).
+
+    A request with a `skip_reason` fills the queue with a skip message carrying the reason
+    (``"skip"`` in the body): it answers `skipped`, and nobody can win the slot after it.
 
     `prepare` (`anarchon.abc.SupportsPrepare`) declares the queues of a coming slot ahead of it:
     creating a durable queue costs the broker several times a publish, and ahead of the slot it
@@ -127,6 +132,9 @@ class RabbitMQStore(ClaimStore):
             overlap=False,
             history=False,
             store_clock=False,
+            # A skip takes the queue like a claim, but a queue is never read: later claims of
+            # the slot answer `lost`, and there is no history to show it in.
+            skips=False,
             batch=False,
             # A queue expires slot_ttl_ms after its creation (the claims' no-wait declarations
             # do not restart the timer); a prepared one is created up to prepare_ahead_ms early.
@@ -202,20 +210,20 @@ class RabbitMQStore(ClaimStore):
 
     # -- the claim ------------------------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
+        """Fill the run's queue: ack is `won` (or `skipped` for a request with a `skip_reason`,
+        whose message then holds the slot, so that nobody can win it; later claims answer
+        `lost`: a claim queue is never read). `late` without touching the broker by this
+        instance's clock; `ConfigError` for a slot so far ahead that its queue could expire
+        while the slot can still be claimed (C5, `_timing`)."""
         now = _wall_ms()
-        age = now - request.slot
-        if age > request.max_late_ms:
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=f"the slot is {age} ms old by this instance's clock, older than max_late "
-                f"({request.max_late_ms} ms)",
-            )
-        if age > self.options.slot_ttl_ms:
-            return Claim(
-                outcome=Outcome.LATE,
-                reason=f"the slot is {age} ms old, older than RabbitMQ remembers a run "
-                f"(slot_ttl {self.options.slot_ttl_ms} ms)",
-            )
+        late = judge_time(
+            request,
+            now,
+            slot_ttl_ms=self.options.slot_ttl_ms,
+            remembers_ms=self.options.slot_ttl_ms - self.prepare_ahead_ms,
+        )
+        if late is not None:
+            return late
         if self._closed:
             raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
         # At most MAX_IN_FLIGHT claims on the wire: RabbitMQ creates a few hundred queues a
@@ -297,6 +305,15 @@ class RabbitMQStore(ClaimStore):
         exc = publishing.exception()
         if exc is None:
             self._unsettled.pop(request.token, None)
+            if request.skip_reason is not None:
+                # S1 as far as RabbitMQ goes: the skip holds the queue; nothing reads it back.
+                return Claim(
+                    outcome=Outcome.SKIPPED,
+                    attempt=0,
+                    token=request.token,
+                    holder=request.instance,
+                    reason=request.skip_reason,
+                )
             return Claim(
                 outcome=Outcome.WON, attempt=1, token=request.token, holder=request.instance
             )
