@@ -17,6 +17,7 @@ from core_helpers import finish, go, wait_ready, worker_processes
 from psycopg import sql
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
+from anarchon._leases import overlap_reason
 from anarchon_postgres import PostgresStore, testing
 from anarchon_postgres._batch import pack_slot_batch, read_slot_answers
 
@@ -28,6 +29,7 @@ BIG = 10_000_000
 """max_late of the requests that must not be late."""
 BATCH_AT = T0 + 1_000_000
 WORKER = Path(__file__).with_name("many_worker.py")
+COALESCED = "coalesced: a newer slot is due too"
 
 
 def req(job: str, slot: int = S, *, instance: str = "a", **kw: object) -> ClaimRequest:
@@ -48,6 +50,10 @@ class Scenario:
         self.live = req("live", instance="b")
         self.mine = req("mine")
         self.overlap = req("overlap", S + 900_000, instance="b")
+        self.overlap_reason = req("overlap-reason", S + 900_000, instance="b")
+        self.done_reason = req("done-reason", attempts=1)
+        self.forgotten_reason = req("forgotten-reason", max_late_ms=1000, attempts=1)
+        self.forgotten_reason_next = req("forgotten-reason", S + 400_000)
         self.batch = [
             req("new"),
             req("live"),
@@ -59,6 +65,13 @@ class Scenario:
             req("overlap-allowed", overlap=Overlap.ALLOW),
             req("expired", attempts=3),
             req("exhausted", attempts=1),
+            # S1 and L1's order: a skip reason is recorded; lateness comes before it, and it
+            # before overlap; a run that exists answers as without it; a forgotten slot is late.
+            req("coalesced", skip_reason=COALESCED),
+            req("late-reason", max_late_ms=1000, skip_reason=COALESCED),
+            req("overlap-reason", skip_reason=COALESCED),
+            req("done-reason", skip_reason=COALESCED),
+            req("forgotten-reason", skip_reason=COALESCED),
         ]
         self.again = [
             req(r.job, max_late_ms=r.max_late_ms, overlap=r.overlap, attempts=r.attempts,
@@ -72,17 +85,22 @@ class Scenario:
             assert await store.finish(request.job, request.slot, request.token, RunStatus.SUCCEEDED)
 
         await finish(self.done)  # L6
+        await finish(self.done_reason)
         assert (await store.claim(self.expired)).won  # its lease runs out: takeover (L4)
         assert (await store.claim(self.exhausted)).won  # no attempts left: interrupted (L5)
         # The run at S is deleted by the next win (history_limit=1): floor = S (L11).
         await finish(self.forgotten)
+        await finish(self.forgotten_reason)
         h.clock.now = T0 + 500_000
         assert (await store.claim(self.forgotten_next)).won
+        assert (await store.claim(self.forgotten_reason_next)).won
         assert h.floor("forgotten") == S
+        assert h.floor("forgotten-reason") == S
         h.clock.now = BATCH_AT - 10_000
         assert (await store.claim(self.live)).won  # another instance's live lease (L3)
         assert (await store.claim(self.mine)).won  # the batch resends this one (C2, L2)
         assert (await store.claim(self.overlap)).won  # another slot's live lease (overlap)
+        assert (await store.claim(self.overlap_reason)).won
         h.clock.now = BATCH_AT
 
 
@@ -117,21 +135,57 @@ async def test_a_mixed_batch_answers_as_memory_does() -> None:
         "live": Outcome.RUNNING,
         "mine": Outcome.WON,
         "done": Outcome.DONE,
-        "late": Outcome.LATE,
+        "late": Outcome.SKIPPED,
         "forgotten": Outcome.LATE,
-        "overlap": Outcome.OVERLAP,
+        "overlap": Outcome.SKIPPED,
         "overlap-allowed": Outcome.WON,
         "expired": Outcome.WON,
         "exhausted": Outcome.DONE,
+        "coalesced": Outcome.SKIPPED,
+        "late-reason": Outcome.SKIPPED,
+        "overlap-reason": Outcome.SKIPPED,
+        "done-reason": Outcome.DONE,
+        "forgotten-reason": Outcome.LATE,
     }
     by_job = dict(zip(jobs, answers["postgres"], strict=True))
     assert by_job["expired"].attempt == 2
     assert (by_job["forgotten"].reason or "").startswith("forgotten")
-    assert (by_job["late"].reason or "").startswith("late")
+    assert (by_job["forgotten-reason"].reason or "").startswith("forgotten")
+    assert by_job["late"].reason == "late: slot is 1000000 ms old, max_late is 1000 ms"
+    assert by_job["late-reason"].reason == by_job["late"].reason
+    assert by_job["overlap"].reason == overlap_reason(S + 900_000)
+    assert by_job["coalesced"].reason == by_job["overlap-reason"].reason == COALESCED
     assert (by_job["exhausted"].reason or "").startswith("run interrupted")
     assert states["postgres"] == states["memory"]
     for job, m, p in zip(jobs, again["memory"], again["postgres"], strict=True):
         assert p == m, f"{job} again: postgres {p} != memory {m}"
+
+
+async def test_S1_a_batch_answers_as_single_claims_do() -> None:
+    """The batch function decides set-based what the claim function decides one by one: the same
+    requests, sent one claim at a time to one schema and as one batch to another, get the same
+    answers (skip reasons too) and leave the same runs, skip records and floors."""
+    require_server()
+    scenario = Scenario()
+    jobs = [r.job for r in scenario.batch]
+    answers: dict[str, list[Claim]] = {}
+    states: dict[str, dict[str, object]] = {}
+    for way in ("single", "batch"):
+        h = Harness("postgres", new_schema())
+        try:
+            store = await h.store(history_limit=1, retention_margin_ms=1)
+            await scenario.setup(h, store)
+            if way == "single":
+                answers[way] = [await store.claim(r) for r in scenario.batch]
+            else:
+                answers[way] = await store.claim_many(scenario.batch)
+            states[way] = {job: (h.raw_run(job, S), h.floor(job)) for job in jobs}
+        finally:
+            await _drop(h)
+    for job, one, many in zip(jobs, answers["single"], answers["batch"], strict=True):
+        assert many == one, f"{job}: batch {many} != single {one}"
+    assert states["batch"] == states["single"]
+    assert sum(c.outcome is Outcome.SKIPPED for c in answers["batch"]) == 5
 
 
 @pytest.mark.parametrize("kind", ["memory", "postgres"])
@@ -149,9 +203,10 @@ async def test_a_batch_of_several_slots_or_a_job_twice(kind: str) -> None:
             Outcome.WON,
             Outcome.WON,
             Outcome.RUNNING,
-            Outcome.OVERLAP,
+            Outcome.SKIPPED,
         ]
         assert claims[2].token == first.token
+        assert claims[3].reason == overlap_reason(S)
     finally:
         await h.close()
         if kind == "postgres":
@@ -234,22 +289,26 @@ async def test_jobs_never_claimed_get_their_rows_outside_the_batch(pg_store: Pos
     assert run is not None and run.token == batch[2].token
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["won", "skipped"])
 async def test_a_run_inserted_between_the_read_and_the_lock_is_not_won_twice(
-    pg_store: PostgresStore,
+    pg_store: PostgresStore, late: bool
 ) -> None:
     """The batch function inserts its new runs without checking each one first. A claim that
     inserted one after the function's read, while the function waited for that job's lock, makes
     the INSERT collide; the function then inserts again with the check: that request is lost, the
-    others won. Called on a plain connection, so no resend by the store can hide a failure."""
+    others won. Likewise for late slots: the other claim's skip record stays, the others are
+    recorded. Called on a plain connection, so no resend by the store can hide a failure."""
     schema = pg_store.options.schema
     now = await pg_store.now_ms()
     jobs = ["a", "b", "c"]
     first = [req(j, now - 1_000, overlap=Overlap.ALLOW) for j in jobs]
     assert all(c.won for c in await pg_store.claim_many(first))  # the jobs' rows exist
-    batch = [req(j, now, overlap=Overlap.ALLOW) for j in jobs]
-    other = req("b", now, instance="other")
+    slot = now - 100_000 if late else now
+    batch = [req(j, slot, overlap=Overlap.ALLOW, max_late_ms=60_000) for j in jobs]
+    other = req("b", slot, instance="other")
+    status, lease_until = ("skipped", None) if late else ("running", slot + LEASE)
     params = pack_slot_batch(
-        batch, prefix="cron", slot=now, margin_ms=60_000, tail=(1000, "30s", None)
+        batch, prefix="cron", slot=slot, margin_ms=60_000, tail=(1000, "30s", None)
     )
     connect = psycopg.AsyncConnection.connect
     async with (
@@ -277,18 +336,33 @@ async def test_a_run_inserted_between_the_read_and_the_lock_is_not_won_twice(
         await blocker.execute(
             sql.SQL(
                 "INSERT INTO {} (prefix, job, slot, status, attempt, token, holder, claimed_at,"
-                " lease_until, keep_until) VALUES ('cron', 'b', %s, 'running', 1, %s, %s, %s,"
-                " %s, %s)"
+                " lease_until, error, keep_until) VALUES ('cron', 'b', %s, %s, %s, %s, %s, %s,"
+                " %s, %s, %s)"
             ).format(sql.Identifier(schema, "anarchon_runs")),
-            (now, other.token, other.instance, now, now + LEASE, now + LEASE),
+            (
+                slot,
+                status,
+                0 if late else 1,
+                other.token,
+                other.instance,
+                now,
+                lease_until,
+                "late: theirs" if late else None,
+                now + LEASE,
+            ),
         )
         await blocker.commit()
         rows = await (await asyncio.wait_for(claiming, 10)).fetchall()
     claims = read_slot_answers(rows, batch, "test")
-    assert [c.outcome for c in claims] == [Outcome.WON, Outcome.RUNNING, Outcome.WON]
+    if late:
+        assert [c.outcome for c in claims] == [Outcome.SKIPPED] * 3
+        assert claims[1].reason == "late: theirs"
+        assert claims[0].reason.startswith("late: slot is ")
+    else:
+        assert [c.outcome for c in claims] == [Outcome.WON, Outcome.RUNNING, Outcome.WON]
     assert (claims[1].token, claims[1].holder) == (other.token, "other")
     for request in (batch[0], batch[2]):
-        run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", request.job, now)
-        assert run is not None and run.token == request.token
-    run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "b", now)
+        run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", request.job, slot)
+        assert run is not None and (run.token, run.status.value) == (request.token, status)
+    run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "b", slot)
     assert run is not None and run.token == other.token

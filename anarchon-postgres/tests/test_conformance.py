@@ -69,6 +69,7 @@ class PostgresHarness(BackendHarness):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )

@@ -9,10 +9,10 @@ import time
 import psycopg
 import pytest
 
-from anarchon import ClaimRequest, Outcome, Overlap, StoreCorrupt
+from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
 from anarchon_postgres import PostgresStore
 from anarchon_postgres._batch import read_slot_answers
-from anarchon_postgres._function import lock_timeout_setting
+from anarchon_postgres._plpgsql import lock_timeout_setting
 from anarchon_postgres._rows import claim_from_answer
 
 from .conftest import POSTGRES_URL, require_server, url_with
@@ -35,6 +35,10 @@ REQUEST = ClaimRequest(job="sync", slot=1_000_000, instance="a", max_late_ms=60_
         "won 1 1060000 running 1000000   a",  # a run without its token
         "late 0   soon   ",  # now not a number
         "paused 1 1060000 running 1000000  " + TOKEN + " b",  # an outcome never written
+        "overlap 0   1000000   ",  # an outcome of older bodies, never answered now
+        "skipped 0  skipped 1000000  " + TOKEN + " b",  # a skip without its reason
+        "skipped 0  running 1000000  " + TOKEN + " b\noverlap: x",  # a skip that is running
+        "skipped 0  skipped 1000000   b\nlate: x",  # a skip without its token
     ],
 )
 def test_an_answer_that_is_not_one_is_corrupt_naming_the_table(answer: object) -> None:
@@ -63,6 +67,13 @@ def test_answers_become_claims_with_memory_words() -> None:
     assert forgotten.reason.startswith("forgotten: slot 1000000 is at or below")
     done = claim_from_answer(f"done 1 1060000 failed 1000001  {TOKEN} b", REQUEST, WHERE)
     assert (done.outcome, done.reason, done.holder) == (Outcome.DONE, "run failed", "b")
+    reason = "overlap: slot 999000 of this job holds a live lease and overlap is 'skip'"
+    skipped = claim_from_answer(
+        f"skipped 0  skipped 1000001  {TOKEN} web\n1: a\n{reason}", REQUEST, WHERE
+    )
+    assert skipped == Claim(
+        outcome=Outcome.SKIPPED, attempt=0, token=TOKEN, holder="web\n1: a", reason=reason
+    )
 
 
 def test_a_batch_answer_that_is_not_one_per_request_is_corrupt() -> None:
@@ -171,7 +182,7 @@ async def test_a_claim_bounds_its_lock_wait_without_the_connection_setting(
     request = packed._packed(
         ClaimRequest(job="sync", slot=now + 1000, instance="b", overlap=Overlap.ALLOW)
     )
-    claim = f'SELECT "{pg_store.options.schema}".anarchon_runs_claim(%s::text)'
+    claim = f'SELECT "{pg_store.options.schema}".anarchon_runs_claim(%s::text, NULL)'
     lock = (
         f'SELECT 1 FROM "{pg_store.options.schema}".anarchon_runs_jobs '
         "WHERE prefix = 'cron' AND job = 'sync' FOR UPDATE"

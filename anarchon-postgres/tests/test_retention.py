@@ -9,7 +9,7 @@ import pytest
 from retention_check import LIMIT, check_full_history
 
 from anarchon_postgres import PostgresStore, testing
-from anarchon_postgres._function import SWEEP_MAX_ROWS
+from anarchon_postgres._plpgsql import SWEEP_MAX_ROWS
 
 from .conftest import POSTGRES_URL, ManualClock, url_with
 

@@ -24,6 +24,7 @@ from anarchon import (
     StoreUnavailable,
     new_token,
 )
+from anarchon._leases import overlap_reason
 from anarchon_postgres import PostgresStore, testing
 
 from .conftest import POSTGRES_URL, T0, Harness, new_schema, require_server, url_with
@@ -53,6 +54,28 @@ def stored(harness: Harness, job: str = "sync", slot: int = SLOT) -> RunRecord:
     return run
 
 
+def skipped(req: ClaimRequest, reason: str) -> Claim:
+    """The answer to every claim of a slot that `req` recorded as skipped (S1)."""
+    return Claim(
+        outcome=Outcome.SKIPPED, attempt=0, token=req.token, holder=req.instance, reason=reason
+    )
+
+
+def skip_record(req: ClaimRequest, now: int, reason: str) -> RunRecord:
+    return RunRecord(
+        job=req.job,
+        slot=req.slot,
+        status=RunStatus.SKIPPED,
+        attempt=0,
+        token=req.token,
+        holder=req.instance,
+        claimed_at=now,
+        lease_until=None,
+        finished_at=now,
+        error=reason,
+    )
+
+
 def won(req: ClaimRequest, attempt: int, lease_until: int) -> Claim:
     return Claim(
         outcome=Outcome.WON,
@@ -79,34 +102,37 @@ async def test_L1_first_claim_wins_attempt_1(harness: Harness) -> None:
     assert (run.claimed_at, run.lease_until, run.finished_at) == (T0 + 250, T0 + 250 + LEASE, None)
 
 
-async def test_L1_late_slot_writes_nothing(harness: Harness) -> None:
+async def test_L1_late_slot_is_recorded_skipped(harness: Harness) -> None:
     store = await harness.store()
     harness.clock.advance(MAX_LATE)
     assert (await store.claim(request())).won  # exactly max_late old: still claimable
     harness.clock.advance(1)
-    claim = await store.claim(request(job="other"))
-    assert claim.outcome is Outcome.LATE
-    assert claim.reason == f"late: slot is {MAX_LATE + 1} ms old, max_late is {MAX_LATE} ms"
-    assert (claim.attempt, claim.token, claim.holder) == (0, None, None)
-    assert harness.raw_run("other", SLOT) is None
+    late = request(job="other")
+    reason = f"late: slot is {MAX_LATE + 1} ms old, max_late is {MAX_LATE} ms"
+    assert await store.claim(late) == skipped(late, reason)
+    assert stored(harness, "other") == skip_record(late, T0 + MAX_LATE + 1, reason)
 
 
-async def test_L1_overlap_skip_refuses_while_another_slot_is_live(harness: Harness) -> None:
+async def test_L1_overlap_skip_is_recorded_while_another_slot_is_live(harness: Harness) -> None:
     store = await harness.store()
     first = request(SLOT)
     assert (await store.claim(first)).won
     harness.clock.advance(LEASE)  # first's lease ends exactly now: still live (>= now)
     nxt = request(SLOT + LEASE, instance="b")
-    claim = await store.claim(nxt)
-    assert claim.outcome is Outcome.OVERLAP
-    assert harness.raw_run("sync", SLOT + LEASE) is None
+    reason = overlap_reason(SLOT)
+    assert await store.claim(nxt) == skipped(nxt, reason)
+    assert stored(harness, slot=SLOT + LEASE) == skip_record(nxt, T0 + LEASE, reason)
+    # The slot is decided: with overlap allowed it is not won either (S1).
     allowed = request(SLOT + LEASE, instance="b", overlap=Overlap.ALLOW)
-    assert await store.claim(allowed) == won(allowed, 1, T0 + 2 * LEASE)
-    harness.clock.advance(1)  # the first lease has ended; `allowed` still holds one
+    assert await store.claim(allowed) == skipped(nxt, reason)
+    other = request(SLOT + 2 * LEASE, instance="b", overlap=Overlap.ALLOW)
+    assert await store.claim(other) == won(other, 1, T0 + 2 * LEASE)
+    harness.clock.advance(1)  # the first lease has ended; `other` still holds one
     third = request(SLOT + LEASE + 1, instance="c")
-    assert (await store.claim(third)).outcome is Outcome.OVERLAP
-    harness.force_expire("sync", SLOT + LEASE)
-    assert await store.claim(third) == won(third, 1, T0 + 2 * LEASE + 1)
+    assert await store.claim(third) == skipped(third, overlap_reason(SLOT + 2 * LEASE))
+    harness.force_expire("sync", SLOT + 2 * LEASE)
+    fourth = request(SLOT + LEASE + 2, instance="c")
+    assert await store.claim(fourth) == won(fourth, 1, T0 + 2 * LEASE + 1)
 
 
 async def test_L2_same_token_wins_again_unchanged(harness: Harness) -> None:
@@ -244,8 +270,9 @@ async def test_L8_finish_only_with_the_holding_token(harness: Harness) -> None:
     )
     assert not await b.finish("sync", SLOT, backup.token, RunStatus.SUCCEEDED)  # only once
     assert harness.raw_run("sync", SLOT) == run
-    with pytest.raises(ValueError, match="final status"):
-        await b.finish("sync", SLOT, backup.token, RunStatus.RUNNING)
+    for status in (RunStatus.RUNNING, RunStatus.SKIPPED):
+        with pytest.raises(ValueError, match="needs succeeded, failed or interrupted"):
+            await b.finish("sync", SLOT, backup.token, status)
 
 
 async def test_L9_release_hands_over_at_once(harness: Harness) -> None:
@@ -284,9 +311,10 @@ async def test_L10_check_of_a_missing_run_is_the_claim_step(harness: Harness) ->
     req = request()
     assert await store.check(req) == won(req, 1, T0 + LEASE)
     harness.clock.advance(MAX_LATE + 1)
-    late = await store.check(request(job="never"))
-    assert late.outcome is Outcome.LATE
-    assert harness.raw_run("never", SLOT) is None
+    never = request(job="never")
+    reason = f"late: slot is {MAX_LATE + 1} ms old, max_late is {MAX_LATE} ms"
+    assert await store.check(never) == skipped(never, reason)  # recorded as a claim would (S1)
+    assert stored(harness, "never").status is RunStatus.SKIPPED
 
 
 async def test_L10_check_of_an_expired_last_attempt_is_done(harness: Harness) -> None:
@@ -327,6 +355,9 @@ async def test_losers_and_checks_take_no_lock() -> None:
         backup = await harness.store(statement_timeout_ms=300)
         first = request()
         await holder.claim(first)
+        harness.clock.advance(1)
+        for slot in (SLOT + 1, SLOT - MAX_LATE - 10):  # record an overlap and a late slot
+            assert (await holder.claim(request(slot, instance="b"))).outcome is Outcome.SKIPPED
         blocker = hold_job_lock(harness)
         try:
             started = time.monotonic()
@@ -335,10 +366,10 @@ async def test_losers_and_checks_take_no_lock() -> None:
                 assert claim.outcome is Outcome.RUNNING
                 assert (await backup.claim(first)).won  # L2: the holder's resend, no lock either
             assert time.monotonic() - started < 0.25
-            # A late slot and an overlap are answered by the read too.
-            harness.clock.advance(1)
-            assert (await backup.claim(request(SLOT + 1, instance="b"))).outcome is Outcome.OVERLAP
-            assert (await backup.claim(request(SLOT - MAX_LATE - 10))).outcome is Outcome.LATE
+            # A slot recorded skipped (S1) is answered by the read too.
+            for slot in (SLOT + 1, SLOT - MAX_LATE - 10):  # an overlap, a late slot
+                claim = await asyncio.wait_for(backup.claim(request(slot, instance="c")), 5)
+                assert claim.outcome is Outcome.SKIPPED and claim.holder == "b", claim
             # The claim step itself needs the lock: it waits statement_timeout_ms, then gives up.
             harness.force_expire("sync", SLOT)
             started = time.monotonic()
@@ -384,7 +415,8 @@ async def test_lock_wait_longer_than_the_lease_reads_the_clock_after_the_lock() 
             blocker.close()
         claim = await asyncio.wait_for(waiting, 10)
         assert claim.outcome is Outcome.RUNNING and claim.token == first.token, claim
-        # Lateness: a slot that turns late while the claim waits for the lock is late.
+        # Lateness: a slot that turns late while the claim waits for the lock is late, by the
+        # clock read after the lock: the age in the recorded reason is that clock's.
         slot = await a.now_ms() - 60_000 + 300
         blocker = hold_job_lock(harness, "edge")
         try:
@@ -396,8 +428,19 @@ async def test_lock_wait_longer_than_the_lease_reads_the_clock_after_the_lock() 
             blocker.rollback()
             blocker.close()
         late = await asyncio.wait_for(waiting, 10)
-        assert late.outcome is Outcome.LATE, late
-        assert testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "edge", slot) is None
+        run = testing.raw_run(POSTGRES_URL, schema, "anarchon_runs", "cron", "edge", slot)
+        assert run is not None and run.claimed_at is not None, run
+        age = run.claimed_at - slot
+        assert age > 60_000, run  # less than 59,800 before the wait
+        assert (late.outcome, late.reason) == (
+            Outcome.SKIPPED,
+            f"late: slot is {age} ms old, max_late is 60000 ms",
+        )
+        assert (run.status, run.error, run.finished_at) == (
+            RunStatus.SKIPPED,
+            late.reason,
+            age + slot,
+        )
         await a.close()
         await b.close()
     finally:

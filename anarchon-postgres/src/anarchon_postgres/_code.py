@@ -3,11 +3,12 @@ them up to this release's.
 
 The functions are code, not data, so anarchon-postgres replaces them freely, with three rules:
 
-* **A signature is a protocol.** ``<table>_claim(text)`` takes the packed request of
-  `_function.REQUEST_FIELDS` and answers `_function.ANSWER_FIELDS`; the batch function likewise.
-  A release that changes what a function takes or answers gives it a new signature, which is
-  another function: opening creates it next to the old one, which instances of the older release
-  keep calling during a rolling upgrade (``tests/test_upgrade.py``).
+* **A signature is a protocol.** ``<table>_claim(text, text)`` takes the packed request of
+  `_function.REQUEST_FIELDS` and a skip reason, and answers `_plpgsql.ANSWER_FIELDS`; the batch
+  function likewise. A release that changes what a function takes or answers gives it a new
+  signature, which is another function: opening creates it next to the old one, which instances
+  of the older release keep calling during a rolling upgrade (``tests/test_upgrade.py``). (The
+  ledger's release did so: ``<table>_claim(text)`` answered late and overlap without writing.)
 * **A body has a version.** A release that changes a body and keeps the signature (a faster
   plan, a fix) bumps `FUNCTIONS_VERSION`; each function's ``COMMENT`` records the version of its
   body. Opening replaces a body older than this release's (``CREATE OR REPLACE`` keeps its owner
@@ -28,8 +29,8 @@ import re
 import attrs
 from psycopg import AsyncConnection, sql
 
-from ._batch import MANY_ARGUMENT_TYPES, create_many_function
 from ._function import ARGUMENT_TYPES, create_function
+from ._many_function import MANY_ARGUMENT_TYPES, create_many_function
 from ._names import Names
 
 __all__ = [
@@ -44,7 +45,7 @@ __all__ = [
 
 log = logging.getLogger("anarchon.postgres")
 
-FUNCTIONS_VERSION = 2
+FUNCTIONS_VERSION = 3
 """The version of this release's function bodies. Bump it whenever a body changes (a test
 compares the bodies with the digest recorded for each version)."""
 

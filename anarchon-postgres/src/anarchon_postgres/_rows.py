@@ -16,7 +16,14 @@ from anarchon._leases import claim_from_outcome
 
 from ._names import Names
 
-__all__ = ["INLINE_QUOTE", "RUN_COLUMNS", "Statements", "claim_from_answer", "run_from_row"]
+__all__ = [
+    "INLINE_CLOSE",
+    "INLINE_QUOTE",
+    "RUN_COLUMNS",
+    "Statements",
+    "claim_from_answer",
+    "run_from_row",
+]
 
 Query = bytes | sql.SQL | sql.Composed
 """A statement as `psycopg` takes it: composed with quoted names, or rendered to bytes."""
@@ -26,6 +33,8 @@ NOW = "coalesce(%s::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000):
 """The server's clock in epoch ms (T1); the parameter is None except under a test clock."""
 INLINE_QUOTE = "$q$"
 """The dollar quote around a claim request sent inline (`Statements.claim_inline`)."""
+INLINE_CLOSE = INLINE_QUOTE + "::text, NULL)"
+"""What follows a request sent inline: the end of its quote, and no skip reason."""
 _KEY = "prefix = %s AND job = %s AND slot = %s"
 _HELD = _KEY + " AND token = %s AND status = 'running'"
 
@@ -43,6 +52,7 @@ class Statements:
     add_jobs: Query
     renew: Query
     finish: Query
+    finished: Query
     release: Query
     history: Query
     now: Query
@@ -76,19 +86,21 @@ class Statements:
             )
         timeout = sql.Literal(lock_timeout)
         return cls(
-            # One packed text in, one packed text out (see `_function`).
-            claim=sql.SQL("SELECT {}(%b)").format(names.claim),  # %b: typed text, no cast
+            # One packed text and the skip reason in, one packed text out (see `_function`).
+            claim=sql.SQL("SELECT {}(%b, %b)").format(names.claim),  # %b: typed text, no cast
             # The same call with the request inline, up to its closing quote: a statement
             # without parameters goes as one simple-protocol Query message instead of Parse,
             # Bind, Describe and Execute, which costs the server and the client less (a claim
             # lost about 12 us of 200 here). Dollar quoting needs no escapes and means the same
-            # whatever standard_conforming_strings says.
+            # whatever standard_conforming_strings says. Only without a skip reason (the usual
+            # claim): the statement ends with `INLINE_CLOSE`.
             claim_inline=sql.SQL("SELECT {}(" + INLINE_QUOTE).format(names.claim),
             # Many jobs of one slot (the scheduler's batch): the batch function, set-based, with
             # the requests packed into three texts and the distinct policies (see `_batch`).
             claim_slot=sql.SQL(
-                "SELECT o_n, o_answer FROM {}(%s, %s, %s, %s, %s, %s::text[], %s::bigint[], "
-                "%s::bigint[], %s::boolean[], %s::integer[], %s::bigint[], %s, %s, %s)"
+                "SELECT o_n, o_answer FROM {}(%s, %s, %s, %s, %s, %s::text[], %s::text[], "
+                "%s::bigint[], %s::bigint[], %s::boolean[], %s::integer[], %s::bigint[], %s, %s, "
+                "%s)"
             ).format(names.claim_many),
             # The rows of jobs never claimed, for the batch function (see `_batch`), in the order
             # of the array (sorted), in a transaction of their own.
@@ -101,7 +113,8 @@ class Statements:
             # the array, which the store sorts by job, so two batches never wait on each other
             # in a cycle.
             claim_many=sql.SQL(
-                "SELECT r.n, {}(r.request) FROM unnest(%s::text[]) WITH ORDINALITY AS r(request, n)"
+                "SELECT r.n, {}(r.request, r.reason) FROM unnest(%s::text[], %s::text[]) "
+                "WITH ORDINALITY AS r(request, reason, n)"
             ).format(names.claim),
             renew=sql.SQL("UPDATE {} SET lease_until = " + NOW + " + %s WHERE " + held).format(
                 runs, timeout=timeout
@@ -109,6 +122,12 @@ class Statements:
             finish=sql.SQL(
                 "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + held
             ).format(runs, timeout=timeout),
+            # C2 for finish, when the UPDATE changed nothing: the run's status if it holds the
+            # token (a resent finish that was recorded finds its own status), in a statement of
+            # its own, so that it sees what a concurrent finish committed.
+            finished=sql.SQL("SELECT status FROM {} WHERE " + _KEY + " AND token = %s").format(
+                runs
+            ),
             release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + held).format(
                 runs, timeout=timeout
             ),
@@ -147,13 +166,13 @@ def _corrupt(answer: object, where: str) -> StoreCorrupt:
 
 
 def claim_from_answer(answer: object, request: ClaimRequest, where: str) -> Claim:
-    """The `Claim` for one answer of the claim function (see `_function.ANSWER_FIELDS`), with
+    """The `Claim` for one answer of the claim function (see `_plpgsql.ANSWER_FIELDS`), with
     memory://'s words; `where` names the table. An answer that is not one is `StoreCorrupt`."""
     if not isinstance(answer, str):
         raise _corrupt(answer, where)
     try:
         outcome, attempt, lease_until, status, now, floor, token, holder = answer.split(" ", 7)
-        if outcome in ("late", "overlap"):
+        if outcome == "late":  # forgotten (L11): nothing written
             return claim_from_outcome(
                 request,
                 outcome,
@@ -167,7 +186,12 @@ def claim_from_answer(answer: object, request: ClaimRequest, where: str) -> Clai
             )
         if not token:
             raise ValueError(token)
-        if outcome == "done" and status not in _STATUSES:
+        reason = None
+        if outcome == "skipped":  # the holder, a newline, the reason (printable: no newline)
+            holder, newline, reason = holder.rpartition("\n")
+            if not newline or status != "skipped":
+                raise ValueError(outcome)
+        elif outcome == "done" and status not in _STATUSES:
             raise StoreCorrupt(
                 f"run of job {request.job!r} at slot {request.slot} in {where} has status "
                 f"{status!r}, which anarchon never writes; remove or repair the row"
@@ -183,6 +207,7 @@ def claim_from_answer(answer: object, request: ClaimRequest, where: str) -> Clai
             status=status,
             now=0,
             floor=None,
+            reason=reason,
         )
     except ValueError:
         raise _corrupt(answer, where) from None

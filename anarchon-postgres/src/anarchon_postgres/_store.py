@@ -30,10 +30,10 @@ from anarchon._leases import keep_until
 from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
 from ._connection import connection_kwargs, libpq_conninfo
 from ._errors import RETRYABLE, shown_url, translate
-from ._function import lock_timeout_setting
 from ._names import Names
 from ._options import PostgresOptions
-from ._rows import INLINE_QUOTE, Statements, claim_from_answer, run_from_row
+from ._plpgsql import lock_timeout_setting
+from ._rows import INLINE_CLOSE, INLINE_QUOTE, Statements, claim_from_answer, run_from_row
 from ._schema import ensure_schema
 
 __all__ = ["PostgresStore"]
@@ -49,7 +49,7 @@ POOL_TIMEOUT_S = 10.0
 """Longest a call waits for a pooled connection before `StoreUnavailable`."""
 RETRIES = 3
 """Resends of a statement rolled back by a serialization failure or deadlock (C2 makes it safe)."""
-_INLINE_CLOSE = f"{INLINE_QUOTE}::text)".encode()
+_INLINE_CLOSE = INLINE_CLOSE.encode()
 
 
 class PostgresStore(LeaseStore):
@@ -107,6 +107,7 @@ class PostgresStore(LeaseStore):
             overlap=True,
             history=True,
             store_clock=True,
+            skips=True,
             batch=True,
             remembers_ms=None,
         )
@@ -170,16 +171,17 @@ class PostgresStore(LeaseStore):
             cursor = self._cursors[conn] = conn.cursor()
         return cursor
 
-    async def _run(self, step: Callable[[Cursor], Awaitable[T]], *, resend: bool = True) -> T:
+    async def _run(self, step: Callable[[Cursor], Awaitable[T]]) -> T:
         """Run `step` with the cursor of a pooled connection, within `POOL_TIMEOUT_S` of waiting
         for one.
 
         A connection that broke while idle in the pool (a server restart) fails at once; the step
-        is then resent on the next connection, when resending is safe (C2), until the pool runs
-        out of stale connections. A statement rolled back by a serialization failure or deadlock
-        is resent up to `RETRIES` times. (``getconn``/``putconn`` rather than the pool's
-        ``connection()`` context: every statement is autocommit, so there is no transaction to
-        end, and the context manager costs a claim as much as a parameter.)"""
+        is then resent on the next connection (every call is safe to resend: C2, for finish
+        too), until the pool runs out of stale connections. A statement rolled back by a
+        serialization failure or deadlock is resent up to `RETRIES` times. (``getconn`` and
+        ``putconn`` rather than the pool's ``connection()`` context: every statement is
+        autocommit, so there is no transaction to end, and the context manager costs a claim as
+        much as a parameter.)"""
         pool = self._pool
         if pool is None:
             raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
@@ -200,7 +202,7 @@ class PostgresStore(LeaseStore):
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 # Only a connection-level failure (no SQLSTATE) is resent: a timeout is not.
                 broken += 1
-                if not resend or exc.sqlstate is not None or broken > self.options.pool_max_size:
+                if exc.sqlstate is not None or broken > self.options.pool_max_size:
                     raise self._error(exc) from None
                 log.info("PostgreSQL at %s: a pooled connection broke; resending", self.where)
             except psycopg.Error as exc:
@@ -247,21 +249,29 @@ class PostgresStore(LeaseStore):
 
     async def claim(self, request: ClaimRequest) -> Claim:
         packed = self._packed(request)
-        row = await self._fetchone(*self._claim_call(packed))
+        row = await self._fetchone(*self._claim_call(packed, request.skip_reason))
         return claim_from_answer(row[0], request, self.answers_where)
 
-    def _claim_call(self, packed: str) -> tuple[Any, tuple[str] | None]:
+    def _claim_call(
+        self, packed: str, skip_reason: str | None = None
+    ) -> tuple[Any, tuple[str, str | None] | None]:
         """The claim function's call for one packed request, and its parameters: the request
         inline as a dollar-quoted literal, with no parameters (`Statements.claim_inline`); as
-        a parameter if the literal would end before the closing quote (the request holds the
-        quote, or ends with its start, ``$q``) or the connection's encoding cannot carry it."""
+        parameters if the request has a skip reason (rare: free text, not worth quoting), if
+        the literal would end before the closing quote (the request holds the quote, or ends
+        with its start, ``$q``) or if the connection's encoding cannot carry it."""
         head = self._sql.claim_inline
-        if isinstance(head, bytes) and INLINE_QUOTE not in packed and not packed.endswith("$q"):
+        if (
+            skip_reason is None
+            and isinstance(head, bytes)
+            and INLINE_QUOTE not in packed
+            and not packed.endswith("$q")
+        ):
             try:
                 return head + packed.encode(self._encoding) + _INLINE_CLOSE, None
             except UnicodeEncodeError:
                 pass
-        return self._sql.claim, (packed,)
+        return self._sql.claim, (packed, skip_reason)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """All requests in one statement (one transaction). Distinct jobs of one slot (what the
@@ -276,7 +286,8 @@ class PostgresStore(LeaseStore):
             return await self._claim_slot(batch, slot)
         order = sorted(range(len(batch)), key=lambda i: (batch[i].job, i))
         rows = await self._fetchall(
-            self._sql.claim_many, ([self._packed(batch[i]) for i in order],)
+            self._sql.claim_many,
+            ([self._packed(batch[i]) for i in order], [batch[i].skip_reason for i in order]),
         )
         if len(rows) != len(batch):
             raise StoreCorrupt(
@@ -327,8 +338,6 @@ class PostgresStore(LeaseStore):
         job: str,
         slot: int,
         token: str,
-        *,
-        resend: bool = True,
     ) -> bool:
         params = (*values, self.options.prefix, job, slot, token)
 
@@ -336,7 +345,7 @@ class PostgresStore(LeaseStore):
             await cur.execute(statement, params)
             return cur.rowcount == 1
 
-        return await self._run(step, resend=resend)
+        return await self._run(step)
 
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
         return await self._update(self._sql.renew, (self._now_param(), lease_ms), job, slot, token)
@@ -344,18 +353,18 @@ class PostgresStore(LeaseStore):
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
-        if not status.finished:
-            raise ValueError(f"finish needs a final status, got {status}")
-        # Not resent here: had the first one committed before its reply was lost, a resend
-        # would answer False (fenced) for a result that was recorded. The runtime retries.
-        return await self._update(
-            self._sql.finish,
-            (status.value, self._now_param(), error),
-            job,
-            slot,
-            token,
-            resend=False,
-        )
+        """L8 with C2: the UPDATE while running with `token` (one round trip, the usual
+        finish); when it changed nothing, a read of the run: True with nothing written if it
+        finished with this token and `status` already (a resend whose first reply was lost),
+        else False (fenced). So a broken connection's finish is resent safely."""
+        if not status.finished or status is RunStatus.SKIPPED:
+            raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
+        if await self._update(
+            self._sql.finish, (status.value, self._now_param(), error), job, slot, token
+        ):
+            return True
+        rows = await self._fetchall(self._sql.finished, (self.options.prefix, job, slot, token))
+        return bool(rows) and rows[0][0] == status.value
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return await self._update(self._sql.release, (self._now_param(),), job, slot, token)

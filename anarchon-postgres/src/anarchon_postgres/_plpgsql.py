@@ -1,0 +1,134 @@
+"""What both claim functions' bodies share: the answer they print, the reasons of the skips they
+record (the texts of `anarchon._leases`, to the character), the retention sweep, the lock timeout
+and the quoting of a body.
+
+Every helper returns SQL text (trusted: the functions' own variables and column names) for a
+body that `_function` or `_batch` formats afterwards, so it must hold no braces but theirs.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from anarchon._leases import SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
+
+__all__ = [
+    "ANSWER_FIELDS",
+    "SWEEP_MAX_ROWS",
+    "answer",
+    "late_reason",
+    "lock_timeout_setting",
+    "overlap_reason",
+    "quoted_body",
+    "run_answer",
+    "sweep_job",
+    "sweeps_now",
+]
+
+SWEEP_MAX_ROWS = 100
+"""L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
+
+ANSWER_FIELDS = ("outcome", "attempt", "lease_until", "status", "now", "floor", "token", "holder")
+"""An answer, in order, separated by single spaces; an empty field is NULL. The token and the
+holder (free-form, so last) are set when the outcome has a run. A ``skipped`` answer adds a
+newline and the skip's reason after the holder: a reason is printable text (`ClaimRequest`
+checks it; the store writes no other), so the last newline of the answer starts it."""
+
+_TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+
+
+def late_reason(age: str, max_late: str) -> str:
+    """SQL for `anarchon._leases.late_reason`'s text of a late slot (L1), from the slot's age
+    and max_late in ms (integer expressions, printed as Python prints an int)."""
+    return f"format('late: slot is %s ms old, max_late is %s ms', {age}, {max_late})"
+
+
+def overlap_reason(holding_slot: str) -> str:
+    """SQL for `anarchon._leases.overlap_reason`'s text, naming the slot holding a live lease."""
+    return (
+        "format('overlap: slot %s of this job holds a live lease and overlap is ''skip''', "
+        f"{holding_slot})"
+    )
+
+
+def answer(*fields: str, reason: str | None = None) -> str:
+    """SQL for an answer from one expression per `ANSWER_FIELDS`, and for ``skipped`` the
+    expression of its reason (NULL: none follows). ``concat()`` prints NULL as an empty field and
+    leaves out a NULL reason (and costs a call less than ``format()``)."""
+    assert len(fields) == len(ANSWER_FIELDS)
+    tail = "" if reason is None else f", E'\\n' || {reason}"
+    return "concat(" + ", ' ', ".join(fields) + tail + ")"
+
+
+def run_answer(run: str, token: str) -> str:
+    """SQL for the answer of a run that needs no write: a skip record (S1), finished (L6), the
+    caller's own (L2) or held by a live lease (L3). `run` qualifies the run's columns (``x.``),
+    `token` is the caller's; ``v_now`` is the clock."""
+    outcome = (
+        f"CASE WHEN {run}status = 'skipped' THEN 'skipped' WHEN {run}status <> 'running' THEN "
+        f"'done' WHEN {run}token = {token} THEN 'won' ELSE 'running' END"
+    )
+    columns = (f"{run}{c}" for c in ("attempt", "lease_until", "status"))
+    reason = f"CASE WHEN {run}status = 'skipped' THEN coalesce({run}error, '') END"
+    return answer(outcome, *columns, "v_now", "NULL", f"{run}token", f"{run}holder", reason=reason)
+
+
+_SWEEP = """
+SELECT count(*) INTO v_count FROM (
+    SELECT 1 FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB LIMIT $LIMIT + {sweep}) c;
+v_excess := least(v_count - $LIMIT, {sweep});
+v_last := NULL;
+IF v_excess > 0 THEN
+    FOR v_oldest IN
+        SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
+        WHERE x.prefix = $PREFIX AND x.job = $JOB ORDER BY x.slot LIMIT v_excess
+    LOOP
+        EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
+            v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
+        v_last := v_oldest.slot;
+    END LOOP;
+    IF v_last IS NOT NULL THEN
+        DELETE FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB AND x.slot <= v_last;
+        UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
+            WHERE j.prefix = $PREFIX AND j.job = $JOB;
+    END IF;
+END IF;
+"""
+
+
+def sweep_job(prefix: str, job: str, history_limit: str, indent: int) -> str:
+    """PL/pgSQL of the L11 sweep of one job, for both claim functions' bodies (before they are
+    formatted: it holds their ``{runs}``, ``{jobs}`` and ``{sweep}``): count the job's runs up
+    to the limit plus `SWEEP_MAX_ROWS`, and delete the oldest beyond the limit while they are
+    past ``keep_until`` and hold no live lease, raising the job's floor. Skip records are runs
+    here like any other. Uses the variables v_now, v_count, v_excess, v_oldest and v_last; the
+    arguments are SQL expressions."""
+    text = _SWEEP.replace("$PREFIX", prefix).replace("$JOB", job).replace("$LIMIT", history_limit)
+    pad = " " * indent
+    return "\n".join(pad + line if line else line for line in text.strip("\n").split("\n"))
+
+
+def sweeps_now(job: str, slot: str, history_limit: str) -> sql.SQL:
+    """The SQL condition "this claim does the job's retention sweep": true for about one claim in
+    ``clamp(history_limit / 16, 1, SWEEP_EVERY_MAX)``, picked by a hash of (job, slot), so that
+    the same claim always decides alike and jobs of one slot do not all sweep at once (the rate
+    of `anarchon._leases.sweep_every`). Arguments are SQL expressions (trusted: the functions'
+    own variables)."""
+    every = f"greatest(1, least({SWEEP_EVERY_MAX}, {history_limit} / {SWEEP_EVERY_DIVISOR}))"
+    return sql.SQL(f"mod((hashtext({job}) # hashint8({slot})) & 2147483647, {every}) = 0")
+
+
+def lock_timeout_setting(ms: int) -> str:
+    """`ms` as ``current_setting('lock_timeout')`` shows it (the largest unit that divides it:
+    ``30s``, ``1500ms``), so the claim function sets the lock timeout only when the connection
+    does not have it already."""
+    for unit, size in _TIME_UNITS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms" if ms else "0"
+
+
+def quoted_body(body: sql.Composable) -> sql.Composed:
+    """A function body as a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so
+    the quote tag cannot occur inside it."""
+    return sql.Composed([sql.SQL("$anarchon$"), body, sql.SQL("$anarchon$")])
