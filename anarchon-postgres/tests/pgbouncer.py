@@ -27,7 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from .test_restart import free_port
+from .private_server import free_port
 
 __all__ = ["POOL_SIZE", "PgBouncer", "binary", "missing_reason"]
 
