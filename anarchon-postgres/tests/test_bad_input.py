@@ -14,7 +14,7 @@ import anarchon
 from anarchon import ClaimRequest, ConfigError, StoreCorrupt, StoreUnavailable
 from anarchon_postgres import PostgresStore, _schema
 
-from .conftest import POSTGRES_URL, url_with
+from .conftest import POSTGRES_URL, require_server, url_with
 
 SECRET = "s3cr3t-Pa55word"
 
@@ -106,7 +106,8 @@ async def test_wrong_credentials_are_an_error_without_the_password(
     base = POSTGRES_URL.split("://", 1)[1].split("@", 1)[-1]
     url = f"postgresql://nobody_{schema}:{SECRET}@{base}?schema={schema}"
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(StoreUnavailable) as info:
+    # No retry can fix a refused login: a ConfigError, so a scheduler fails its start at once.
+    with pytest.raises(ConfigError, match="refused the login") as info:
         await anarchon.connect(url)
     message = str(info.value)
     assert f"nobody_{schema}:***@" in message and f'role "nobody_{schema}"' in message
@@ -267,3 +268,10 @@ async def test_calls_before_open_say_how_to_open() -> None:
     store = PostgresStore.create(POSTGRES_URL)
     with pytest.raises(StoreUnavailable, match="is not open"):
         await store.claim(ClaimRequest(job="j", slot=1, instance="a"))
+
+
+async def test_an_unknown_database_is_a_config_error_at_once() -> None:
+    require_server()
+    base = POSTGRES_URL.rsplit("/", 1)[0]
+    with pytest.raises(ConfigError, match=r'refused the login .*database "no_such_db"'):
+        await anarchon.connect(f"{base}/no_such_db")

@@ -149,14 +149,14 @@ async def test_credentials_refused_are_named_at_once_without_the_password(env: E
     """A user the shared Redis does not know is refused (WRONGPASS). No retry can change that,
     so it is said at once, not as "did not answer after 3 tries"."""
     url = env.url.replace("redis://", "redis://nobody:hunter2@", 1)
-    with pytest.raises(StoreUnavailable, match="refused the URL's user and password") as info:
+    with pytest.raises(ConfigError, match="refused the URL's user and password") as info:
         await anarchon.connect(url)
     assert "hunter2" not in str(info.value) and "did not answer" not in str(info.value)
 
 
 async def test_a_server_that_asks_for_a_password_says_so() -> None:
     async with tcp_server(answer=b"-NOAUTH Authentication required.\r\n") as (port, _):
-        with pytest.raises(StoreUnavailable, match="asks for a password and the URL gives none"):
+        with pytest.raises(ConfigError, match="asks for a password and the URL gives none"):
             await anarchon.connect(f"redis://127.0.0.1:{port}/0?timeout_ms=500")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlencode
 
 import psycopg
@@ -11,6 +12,13 @@ from psycopg_pool import PoolTimeout
 from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
 
 __all__ = ["RETRYABLE", "shown_url", "translate"]
+
+REFUSED_LOGIN = re.compile(
+    r"authentication failed for user|no pg_hba\.conf entry|no password supplied"
+    r'|(role|database) "[^"]*" does not exist'
+)
+"""What libpq says (with no SQLSTATE) when the server refuses the login itself: a wrong password,
+an unknown role or database, pg_hba.conf. Trying again cannot help."""
 
 RETRYABLE = (errors.SerializationFailure, errors.DeadlockDetected, errors.UniqueViolation)
 """Raised when the database's default isolation is REPEATABLE READ or SERIALIZABLE and two claims
@@ -74,6 +82,11 @@ def translate(
         return StoreCorrupt(
             f"PostgreSQL at {where}: {tables} no longer look like anarchon's ({detail}); they "
             "were changed while the store was open: reopen it to have them checked"
+        )
+    if isinstance(exc, psycopg.OperationalError) and REFUSED_LOGIN.search(detail):
+        return ConfigError(
+            f"PostgreSQL at {where} refused the login ({detail}); put a user, password and "
+            "database the server accepts in the URL (postgresql://user:password@host:5432/db)"
         )
     if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
         return StoreUnavailable(

@@ -73,7 +73,7 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
             await client.ping()
             return
         except rex.AuthenticationError as exc:  # a ConnectionError, but no retry will change it
-            raise refused_credentials(url, exc) from None
+            raise ConfigError(str(refused_credentials(url, exc))) from None
         except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
             tls = tls_error(
                 exc,
@@ -95,7 +95,9 @@ async def ping(client: aioredis.Redis, url: StoreURL) -> None:
 
 
 def refused_credentials(url: StoreURL, exc: Exception) -> StoreUnavailable:
-    """The error for a server that does not accept the URL's user and password (or none)."""
+    """The error for a server that does not accept the URL's user and password (or none). At
+    open it is raised as a `ConfigError` (the scheduler fails its start at once); on a reconnect
+    it stays `StoreUnavailable`, since the server's users may be put right while it runs."""
     what = (
         "asks for a password and the URL gives none"
         if url.password is None
