@@ -191,14 +191,44 @@ async def test_slots_of_an_outage_are_recorded_late_once_the_store_answers() -> 
             Outage.down = False
         up_at = await store.now_ms()
         await eventually(lambda: max(ran) > up_at, 3, "a run after the outage")
+        outage = range(down_from, up_at - 1000, 1000)
         await eventually(
-            lambda: store.raw_run("tick", down_from) is not None, 3, "the outage recorded"
+            lambda: all(store.raw_run("tick", slot) is not None for slot in outage),
+            5,
+            "every slot of the outage recorded",
         )
     records = await ledger(store, "tick")
-    outage = range(down_from, up_at - 1000, 1000)
-    assert all(slot in records for slot in outage), (list(outage), sorted(records))
     assert records[down_from].status is RunStatus.SKIPPED
     assert (records[down_from].error or "").startswith("late: "), records[down_from]
+
+
+async def test_T6_after_a_short_outage_the_job_catches_up_by_its_policy() -> None:
+    """Slots that fell due while the store did not answer (but are not late) are decided in
+    order once it answers: with 'latest' the older ones are coalesced, none is an overlap."""
+    store = Outage.create()
+    s = scheduler(store, "a")
+    ran: list[int] = []
+
+    @s.job("* * * * * *", max_late="6s", lease="5s")
+    async def tick(run: Run) -> None:
+        ran.append(run.slot)
+        await asyncio.sleep(0.3)
+
+    async with s:
+        await eventually(lambda: len(ran) >= 1, 3)
+        Outage.down = True
+        down_from = max(ran) + 1000
+        # Three slots fall due while the store refuses every claim.
+        await eventually(lambda: store.clock() >= down_from + 3000, 5, "three slots down")
+        Outage.down = False
+        up_at = await store.now_ms()
+        await eventually(lambda: max(ran) >= up_at - 1000, 5, "runs after the outage")
+    records = await ledger(store, "tick")
+    outage = [records[slot] for slot in range(down_from, up_at - 1000, 1000) if slot in records]
+    kinds = [(r.slot, r.status, (r.error or "").split(":")[0]) for r in outage]
+    assert len(outage) >= 3, kinds
+    assert not [k for k in kinds if k[2] == "overlap"], f"decided all at once: {kinds}"
+    assert [k for k in kinds if k[2] == "coalesced"], kinds
 
 
 class Recorder:
@@ -249,6 +279,16 @@ async def test_S1_overlap_is_recorded_logged_and_reported(
     assert ("skipped", record.error) in recorder.claims
 
 
+async def http_status(port: int, path: str) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    writer.close()
+    await writer.wait_closed()
+    return status
+
+
 class DownAtFirst(MemoryStore):
     """Refuses to open `failures` times, as a store that is not up yet."""
 
@@ -263,7 +303,7 @@ class DownAtFirst(MemoryStore):
 async def test_degraded_start_is_not_ready_then_catches_up() -> None:
     DownAtFirst.failures = 3
     store = DownAtFirst.create()
-    s = scheduler(store, "a", catch_up="all")
+    s = scheduler(store, "a", catch_up="all", health_port=0)
     ran: list[int] = []
 
     @s.job("* * * * * *", max_late="5s")
@@ -275,7 +315,12 @@ async def test_degraded_start_is_not_ready_then_catches_up() -> None:
     try:
         health = s.health()
         assert health.started and not health.ready and not health.store_open
+        assert s._health_server is not None, "the probes must answer while degraded"
+        port = s._health_server.port
+        assert await http_status(port, "/healthz") == 200
+        assert await http_status(port, "/readyz") == 503
         await eventually(lambda: s.health().ready, 10, "the store opened")
+        assert await http_status(port, "/readyz") == 200
         await eventually(lambda: len(ran) >= 3, 5)
     finally:
         await s.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._backends.memory import MemoryStore
 from ._capabilities import Capabilities
+from ._catch_up import CatchUp
 from ._claims import (
     MAX_ATTEMPTS,
     Claim,
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "AnarchonError",
     "Capabilities",
+    "CatchUp",
     "Claim",
     "ClaimRequest",
     "ClaimStore",

@@ -74,6 +74,8 @@ class Dispatcher:
         # (late) once it answers again, so an outage leaves no hole in the ledger.
         self._unrecorded: dict[str, list[int]] = {}
         self._watch: asyncio.Task[None] | None = None
+        # Per job, set once the batch claim of its last on-time slot is decided.
+        self._deciding: dict[str, asyncio.Event] = {}
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -125,7 +127,10 @@ class Dispatcher:
                     self._to_lane(name, [("late", slot) for slot in late])
                 on_time = []
                 for spec in due.fresh:
-                    if spec.name in self._lanes or self._missed(spec, due.slot, now):
+                    # A job whose last slot is still being decided (a slow store, one that does
+                    # not answer) queues this one behind it, to be decided in order (T6).
+                    waiting = spec.name in self._lanes or spec.name in self._deciding
+                    if waiting or self._missed(spec, due.slot, now):
                         self._to_lane(spec.name, [("due", due.slot)])
                     else:
                         on_time.append(spec)
@@ -154,9 +159,12 @@ class Dispatcher:
         spec = self._jobs[name]
         try:
             while lane and not self._stop.is_set():
+                deciding = self._deciding.get(name)
+                if deciding is not None:
+                    await deciding.wait()
                 kind, slot = lane.popleft()
                 now = self.store_clock.now_ms()
-                if kind == "late":
+                if kind == "late" or now - slot > spec.max_late_ms + self.clock_skew_ms:
                     await self._claim_one(spec, slot, skip=late_skip(now - slot, spec.max_late_ms))
                 elif self._missed(spec, slot, now):
                     await self._catch_up(spec, slot, now)
@@ -247,15 +255,27 @@ class Dispatcher:
         )
 
     async def _claim_slot(self, specs: Sequence[JobSpec], slot: int) -> None:
+        """The slot's claims for the jobs reached on time, in one batch where the store can.
+        Until they are decided, each job's next slots wait in its lane (a slow or absent store
+        must not let two slots of a job be decided out of order)."""
         requests = [self._request(spec, slot) for spec in specs]
         sent_at = time.monotonic()
         store = self.store
-        if len(requests) > 1 and isinstance(store, SupportsClaimMany):
-            claims = await self.claimer.claim_many(store.claim_many, requests)
-        else:
-            claims = list(
-                await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
-            )
+        deciding = asyncio.Event()
+        for spec in specs:
+            self._deciding[spec.name] = deciding
+        try:
+            if len(requests) > 1 and isinstance(store, SupportsClaimMany):
+                claims = await self.claimer.claim_many(store.claim_many, requests)
+            else:
+                claims = list(
+                    await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
+                )
+        finally:
+            deciding.set()
+            for spec in specs:
+                if self._deciding.get(spec.name) is deciding:
+                    del self._deciding[spec.name]
         for spec, request, claim in zip(specs, requests, claims, strict=True):
             self._note(spec.name, slot, claim)
             if claim.won:

@@ -266,17 +266,21 @@ class Scheduler:
                 self.store_health.last_error,
                 extra={"instance": self.instance, "store": self.store_name},
             )
-            self._mark_started()
+            await self._mark_started()
             self._connecting = asyncio.create_task(
                 self._connect_later(since_ms), name="anarchon-connect"
             )
             return
-        self._mark_started()
+        await self._mark_started()
         await self._begin(since_ms)
 
-    def _mark_started(self) -> None:
+    async def _mark_started(self) -> None:
+        """Started, if not yet ready: the probes answer from now on (``/readyz`` says 503
+        until the store is open and answers)."""
         self._started = True
         self._started_at = time.time_ns() // 1_000_000
+        if self.settings.health_port is not None and self._health_server is None:
+            await self.serve_health(self.settings.health_port)
 
     async def _connect_later(self, since_ms: int) -> None:
         """Degraded start: open the store with backoff until it answers, then begin."""
@@ -326,6 +330,9 @@ class Scheduler:
             if self._owns_store:
                 await self.store.close()
             self._started = False
+            if self._health_server is not None:
+                await self._health_server.close()
+                self._health_server = None
             raise
         self._store_open = True
         await self.store_clock.measure()
@@ -333,8 +340,6 @@ class Scheduler:
             self.dispatcher.run(self.jobs, self._stop, since_ms=since_ms),
             name="anarchon-dispatcher",
         )
-        if self.settings.health_port is not None and self._health_server is None:
-            await self.serve_health(self.settings.health_port)
         log.info(
             "scheduler %s started with %d job(s) on %s (store clock offset %+d ms)",
             self.instance,
