@@ -69,11 +69,11 @@ Kind = tuple[Prepare | None, Call]
 call that is timed."""
 
 CALL_FLOOR = """
-CREATE FUNCTION {}(p text) RETURNS text
+CREATE FUNCTION {}(p text, skip_reason text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$ BEGIN RETURN 'running 1 0 running 0   holder'; END $$
 """
-"""The claim function's signature (one text in, one text out) with a body that only returns a
-constant answer (the "call floor")."""
+"""The claim function's signature (the packed request and the skip reason in, one text out) with
+a body that only returns a constant answer (the "call floor")."""
 
 RATIOS = [
     ("won / floor", "won", "floor"),
@@ -258,7 +258,7 @@ class Bench:
             claim = await store.check(held)
             assert claim.outcome is Outcome.RUNNING, claim
 
-        call = self.call_floor + f"{self.store._packed(held)}{INLINE_QUOTE}::text)".encode()
+        call = self.call_floor + f"{self.store._packed(held)}{INLINE_QUOTE}::text, NULL)".encode()
 
         async def call_floor(_: int) -> None:
             await store._fetchone(call, None)
