@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from anarchon import ConfigError, StoreURL
+from anarchon import ConfigError, StoreURL, redact
 
 from ._errors import shown_url
 from ._options import PostgresOptions
@@ -39,7 +39,9 @@ def libpq_conninfo(url: StoreURL, options: PostgresOptions) -> tuple[str, tuple[
         conninfo = make_conninfo(url.without_query(), **params)
         parsed = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"PostgreSQL URL {shown_url(url)} is invalid: {exc}") from None
+        raise ConfigError(
+            f"PostgreSQL URL {shown_url(url)} is invalid: {redact(str(exc))}"
+        ) from None
     secrets = tuple(
         str(parsed[k]) for k in ("password", "sslpassword") if parsed.get(k) not in (None, "")
     )
