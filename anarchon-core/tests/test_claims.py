@@ -10,18 +10,18 @@ from anarchon import ClaimRequest, ConfigError, Overlap, fencing_token, new_toke
     [
         ({"attempts": 0}, "attempts must be an int from 1 to 999, got 0"),
         ({"attempts": 1000}, "attempts must be an int from 1 to 999, got 1000"),
-        ({"slot": -1}, "slot must be an int >= 0, got -1"),
-        ({"lease_ms": 0}, "lease_ms must be a positive int, got 0"),
-        ({"max_late_ms": -5}, "max_late_ms must be an int >= 0, got -5"),
+        ({"slot": -1}, "slot must be an int from 0 to 253402300799999"),
+        ({"lease_ms": 0}, "lease_ms must be an int from 1 to 86400000 (a day), got 0"),
+        ({"max_late_ms": -5}, "max_late_ms must be an int from 0 to 253402300799999"),
         ({"token": "abc"}, "token must be 32 lowercase hex characters"),
         ({"token": "G" * 32}, "token must be 32 lowercase hex characters"),
-        ({"overlap": "never"}, "'never' is not a valid Overlap"),
+        ({"overlap": "never"}, "overlap must be 'skip'"),
         ({"job": "a b"}, "job name 'a b' contains ' '"),
     ],
 )
 def test_claim_requests_are_validated(changes: dict[str, object], message: str) -> None:
     fields: dict[str, object] = {"job": "j", "slot": 0, "instance": "i", **changes}
-    with pytest.raises((ConfigError, ValueError)) as info:
+    with pytest.raises(ConfigError) as info:
         ClaimRequest(**fields)  # type: ignore[arg-type]
     assert message in str(info.value)
 

@@ -83,7 +83,7 @@ async def test_batch_answers_equal_single_claims_over_several_calls(
         assert first_each == first_many
         assert {a[0] for a in first_many} == {Outcome.WON}
         # Again, mixed: resent claims (C2), rivals, new jobs and a job twice in one batch.
-        rivals = [env.request(f"j{i}", slot, instance="rival:2:%b\nb") for i in range(0, jobs, 3)]
+        rivals = [env.request(f"j{i}", slot, instance="rival:2:%b b") for i in range(0, jobs, 3)]
         mixed = [*mine[::2], *rivals, env.request("new", slot), rivals[0]]
         assert await _each(one, mixed) == await _many(many, mixed)
         lost = (await _many(many, rivals[:1]))[0]

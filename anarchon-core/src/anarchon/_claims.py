@@ -7,18 +7,22 @@ import secrets
 
 import attrs
 
+from ._durations import MAX_LEASE_MS
 from ._errors import ConfigError
-from ._names import check_name
+from ._names import check_instance, check_name, shown
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "MAX_LEASE_MS",
     "MAX_SKIP_REASON",
+    "MAX_SLOT_MS",
     "Claim",
     "ClaimRequest",
     "Outcome",
     "Overlap",
     "fencing_token",
     "new_token",
+    "parse_overlap",
     "skip_kind",
 ]
 
@@ -26,6 +30,11 @@ MAX_ATTEMPTS = 999
 """Attempts per run are bounded so that a fencing token fits in a signed 64-bit integer (F2)."""
 MAX_SKIP_REASON = 200
 """Characters a caller's skip reason may have (`ClaimRequest.skip_reason`)."""
+MAX_SLOT_MS = 253_402_300_799_999
+"""The last slot: 9999-12-31T23:59:59.999Z in epoch milliseconds, the end of what `datetime`
+represents. Slots are 0 to this; its fencing token (`fencing_token` at `MAX_ATTEMPTS`) is about
+2.5e17, and every sum a store makes of a slot and its durations stays far below 2**63, so every
+store holds them in a signed 64-bit integer."""
 
 
 class Outcome(str, enum.Enum):
@@ -91,14 +100,46 @@ def _check_token(_: object, attribute: attrs.Attribute[str], value: str) -> None
         )
 
 
-def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{attribute.name} must be a positive int, got {value!r}")
+def _check_slot(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SLOT_MS:
+        raise ConfigError(
+            f"slot must be an int from 0 to {MAX_SLOT_MS} (epoch milliseconds up to the end of "
+            f"year 9999), got {shown(value)}"
+        )
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{attribute.name} must be an int >= 0, got {value!r}")
+def _check_lease(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_LEASE_MS:
+        raise ConfigError(
+            f"lease_ms must be an int from 1 to {MAX_LEASE_MS} (a day), got {shown(value)}: a "
+            "lease is how long a crashed winner blocks its job, and the runner renews it"
+        )
+
+
+def _check_max_late(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SLOT_MS:
+        raise ConfigError(
+            f"max_late_ms must be an int from 0 to {MAX_SLOT_MS} (no slot is older), "
+            f"got {shown(value)}"
+        )
+
+
+def _check_instance(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    check_instance(value, what="instance")
+
+
+def parse_overlap(value: object, *, what: str = "overlap") -> Overlap:
+    """`Overlap` from itself or its name in any case (``"skip"``, ``"SKIP"``), or `ConfigError`."""
+    if isinstance(value, Overlap):
+        return value
+    if isinstance(value, str):
+        for choice in Overlap:
+            if value.strip().lower() == choice.value:
+                return choice
+    raise ConfigError(
+        f"{what} must be 'skip' or 'allow' (in any case), got {shown(value)}: 'skip' starts no "
+        "run while an earlier run of the job holds a lease"
+    )
 
 
 def _check_attempts(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -130,14 +171,20 @@ class ClaimRequest:
     """
 
     job: str = attrs.field(validator=_check_job)
-    slot: int = attrs.field(validator=_non_negative)
-    """Fire instant of the schedule, epoch milliseconds UTC."""
+    slot: int = attrs.field(validator=_check_slot)
+    """Fire instant of the schedule, epoch milliseconds UTC: 0 to `MAX_SLOT_MS`."""
     token: str = attrs.field(factory=new_token, validator=_check_token)
-    instance: str
-    """Who is asking; recorded as the holder and shown in history."""
-    lease_ms: int = attrs.field(default=60_000, validator=_positive)
-    max_late_ms: int = attrs.field(default=60_000, validator=_non_negative)
-    overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=Overlap)
+    instance: str = attrs.field(validator=_check_instance)
+    """Who is asking; recorded as the holder and shown in history. Printable text of 1 to
+    `MAX_INSTANCE_LENGTH` characters (`check_instance`)."""
+    lease_ms: int = attrs.field(default=60_000, validator=_check_lease)
+    """1 ms to `MAX_LEASE_MS` (a day): a longer lease would let a crashed winner block its job
+    that long, and the runner renews a lease every heartbeat, so no job needs one."""
+    max_late_ms: int = attrs.field(default=60_000, validator=_check_max_late)
+    """0 to `MAX_SLOT_MS`: the largest means "never late" (no slot is older). Jobs are bounded
+    tighter (`MAX_LATE_MS`, 31 days)."""
+    overlap: Overlap = attrs.field(default=Overlap.SKIP, converter=parse_overlap)
+    """An `Overlap`, or its name in any case."""
     attempts: int = attrs.field(default=3, validator=_check_attempts)
     skip_reason: str | None = attrs.field(default=None, validator=_check_skip_reason)
     """Set: decide the slot as skipped for this reason instead of running it, if it has no run

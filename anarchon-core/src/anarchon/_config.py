@@ -14,7 +14,8 @@ import attrs
 from ._catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
 from ._durations import to_ms
 from ._errors import ConfigError
-from ._names import check_name
+from ._names import check_instance, check_name
+from ._urls import shown_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,8 +32,11 @@ ENV_PREFIX = "ANARCHON_"
 class Settings:
     """Scheduler settings; every one can come from code, the environment or a file."""
 
-    store: str = DEFAULT_STORE
+    store: str = attrs.field(default=DEFAULT_STORE, repr=lambda url: repr(shown_url(url)))
+    """The store URL; its repr hides the credentials."""
     instance: str | None = None
+    """This process's id in history and logs (`check_instance`: printable text, at most 300
+    characters); None: ``host:pid:xxxx``."""
     prefix: str | None = None
     grace_ms: int = 30_000
     """On shutdown, how long running jobs may finish before their leases are released."""
@@ -119,6 +123,8 @@ def load_settings(
             values[key] = parse_catch_up(value, where=f"catch_up (from {source})")
         elif key == "fail_fast":
             values[key] = _flag(value, key, source)
+        elif key == "instance":
+            values[key] = check_instance(value, what=f"instance (from {source})")
         else:
             if not isinstance(value, str) or not value:
                 raise ConfigError(

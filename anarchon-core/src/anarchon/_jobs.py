@@ -11,8 +11,8 @@ import attrs
 
 from ._capabilities import Capabilities
 from ._catch_up import CatchUp, parse_catch_up
-from ._claims import MAX_ATTEMPTS, Overlap
-from ._durations import DurationLike, to_ms
+from ._claims import MAX_ATTEMPTS, Overlap, parse_overlap
+from ._durations import MAX_LATE_MS, MAX_LEASE_MS, DurationLike, to_ms
 from ._errors import ConfigError, StoreUnavailable
 from ._names import check_name
 from ._run import Run
@@ -84,7 +84,11 @@ def make_job(
     if not callable(func):
         raise ConfigError(f"{where}: {func!r} is not callable")
     schedule = Schedule.parse(cron, tz)
-    lease_ms = to_ms(lease, what=f"{where}: lease") if lease is not None else DEFAULT_LEASE_MS
+    lease_ms = (
+        to_ms(lease, what=f"{where}: lease", most=MAX_LEASE_MS)
+        if lease is not None
+        else DEFAULT_LEASE_MS
+    )
     heartbeat_ms = (
         to_ms(heartbeat, what=f"{where}: heartbeat") if heartbeat is not None else lease_ms // 3
     )
@@ -96,7 +100,7 @@ def make_job(
     if heartbeat_ms < 10:
         raise ConfigError(f"{where}: heartbeat of {heartbeat_ms} ms is too short (at least 10 ms)")
     if max_late is not None:
-        max_late_ms = to_ms(max_late, what=f"{where}: max_late", allow_zero=True)
+        max_late_ms = to_ms(max_late, what=f"{where}: max_late", allow_zero=True, most=MAX_LATE_MS)
     else:
         first = schedule.next_slot(0)
         max_late_ms = min(MAX_LATE_CAP_MS, schedule.next_slot(first) - first)
@@ -104,10 +108,7 @@ def make_job(
         raise ConfigError(f"{where}: attempts must be an int, got {attempts!r}")
     if not 1 <= attempts <= MAX_ATTEMPTS:
         raise ConfigError(f"{where}: attempts must be from 1 to {MAX_ATTEMPTS}, got {attempts}")
-    try:
-        overlap_value = None if overlap is None else Overlap(overlap)
-    except ValueError:
-        raise ConfigError(f"{where}: overlap must be 'skip' or 'allow', got {overlap!r}") from None
+    overlap_value = None if overlap is None else parse_overlap(overlap, what=f"{where}: overlap")
     return JobSpec(
         name=job_name,
         schedule=schedule,

@@ -19,15 +19,18 @@ otherwise a day must match both. ``L``, ``W`` and ``#`` are not supported.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
+from ._claims import MAX_SLOT_MS
 from ._errors import ConfigError
+from ._names import shown
 
-__all__ = ["ALIASES", "Schedule", "SlotInfo"]
+__all__ = ["ALIASES", "EARLIEST_MS", "Schedule", "SlotInfo"]
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -59,6 +62,17 @@ _FIELDS = {
     "day-of-week": (0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}, "'*', '1-5' or 'MON-FRI'"),
 }
 _MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# ASCII digits only: `str.isdigit()` and `int()` also take '⑤' or Arabic-Indic digits.
+_NUMBER = re.compile(r"[0-9]{1,9}")
+_LONGEST_EXPRESSION = 1000
+"""Characters a cron expression may have: far more than any real one, and it bounds the work."""
+EARLIEST_MS = -30_610_224_000_000
+"""`Schedule.next_slot` looks from 1000-01-01T00:00Z at the earliest (slots themselves are
+never before 1970: see `MAX_SLOT_MS` for the other end)."""
+
+
+class _EndOfTime(ConfigError):
+    """No slot is left before the end of year 9999 (`MAX_SLOT_MS`)."""
 
 
 def _parse_field(expression: str, name: str, text: str) -> tuple[int, ...]:
@@ -71,9 +85,15 @@ def _parse_field(expression: str, name: str, text: str) -> tuple[int, ...]:
         )
 
     def number(word: str) -> int:
-        value = names.get(word.upper()) if not word.isdigit() else int(word)
+        if _NUMBER.fullmatch(word):
+            value: int | None = int(word)
+        elif word.isascii() and word.isdigit():  # more than 9 digits
+            raise fail(f"has {shown(word)}, which is out of range")
+        else:
+            value = names.get(word.upper())
         if value is None:
-            raise fail(f"has {word!r}, which is not a number")
+            ascii_only = "" if word.isascii() else " (write numbers with the ASCII digits 0-9)"
+            raise fail(f"has {shown(word)}, which is not a number{ascii_only}")
         if not low <= value <= high:
             raise fail(f"has {value}, which is out of range")
         return value
@@ -83,8 +103,13 @@ def _parse_field(expression: str, name: str, text: str) -> tuple[int, ...]:
         base, slash, step_text = term.partition("/")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise fail(f"has step {step_text!r}; a step is a whole number of at least 1")
+            if step_text.isascii() and step_text.isdigit() and not _NUMBER.fullmatch(step_text):
+                raise fail(f"has step {shown(step_text)}, which is out of range")
+            if not _NUMBER.fullmatch(step_text) or int(step_text) == 0:
+                raise fail(
+                    f"has step {shown(step_text)}; a step is a whole number (ASCII digits) "
+                    "of at least 1"
+                )
             step = int(step_text)
         if base in ("*", "?"):
             first, last = low, high
@@ -159,6 +184,11 @@ class Schedule:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.expression, str) or not isinstance(self.tz, str):
             raise ConfigError("a schedule needs a cron expression and a time zone name as strings")
+        if len(self.expression) > _LONGEST_EXPRESSION:
+            raise ConfigError(
+                f"cron expression {shown(self.expression)} is {len(self.expression)} characters "
+                f"long (at most {_LONGEST_EXPRESSION}); write {_FORMAT}"
+            )
         text = ALIASES.get(self.expression.strip().lower(), self.expression)
         parts = text.split()
         if not parts:
@@ -223,7 +253,38 @@ class Schedule:
     # -- slots ----------------------------------------------------------------------------
 
     def next_slot(self, after_ms: int) -> int:
-        """The first slot strictly after ``after_ms`` (epoch milliseconds)."""
+        """The first slot strictly after ``after_ms`` (epoch milliseconds).
+
+        ``after_ms`` is an int from `EARLIEST_MS` (year 1000) to `MAX_SLOT_MS` (the end of year
+        9999); `ConfigError` outside that, and when the schedule has no slot left before the
+        end of year 9999."""
+        if isinstance(after_ms, bool) or not isinstance(after_ms, int):
+            raise ConfigError(
+                f"after_ms must be epoch milliseconds (an int), got {shown(after_ms)}"
+            )
+        if not EARLIEST_MS <= after_ms < MAX_SLOT_MS:
+            if after_ms >= MAX_SLOT_MS:
+                raise self._end_of_time(after_ms)
+            raise ConfigError(
+                f"after_ms {after_ms} is before the year 1000; schedules look from 1000 to 9999"
+            )
+        try:
+            slot = self._next_slot(after_ms)
+        except ConfigError:
+            raise
+        except (ValueError, OverflowError):  # a date past year 9999 (the earliest is year 1000)
+            raise self._end_of_time(after_ms) from None
+        if slot > MAX_SLOT_MS:
+            raise self._end_of_time(after_ms)
+        return slot
+
+    def _end_of_time(self, after_ms: int) -> _EndOfTime:
+        return _EndOfTime(
+            f"schedule {self}: no slot after {after_ms} ms before the end of year 9999, the last "
+            f"time anarchon schedules (slot {MAX_SLOT_MS}); give an earlier time"
+        )
+
+    def _next_slot(self, after_ms: int) -> int:
         start = after_ms // 1000 + 1  # slots are whole seconds
         if self.tz in _UTC_NAMES:
             return self._next_wall(start) * 1000
@@ -253,11 +314,17 @@ class Schedule:
             wall += 1
 
     def slots_between(self, start_ms: int, end_ms: int) -> Iterator[int]:
-        """The slots in (start_ms, end_ms], ascending: start exclusive, end inclusive."""
-        slot = self.next_slot(start_ms)
-        while slot <= end_ms:
+        """The slots in (start_ms, end_ms], ascending: start exclusive, end inclusive (and at
+        most `MAX_SLOT_MS`)."""
+        slot = start_ms
+        while True:
+            try:
+                slot = self.next_slot(slot)
+            except _EndOfTime:
+                return
+            if slot > end_ms:
+                return
             yield slot
-            slot = self.next_slot(slot)
 
     def previous_slots(self, now_ms: int, window_ms: int) -> list[int]:
         """The slots in (now_ms - window_ms, now_ms], ascending: the catch-up of rule T6."""
@@ -266,11 +333,16 @@ class Schedule:
         return list(self.slots_between(now_ms - window_ms, now_ms))
 
     def upcoming(self, n: int, after_ms: int) -> list[SlotInfo]:
-        """The next ``n`` slots after ``after_ms`` with their UTC and local times, for people."""
+        """The next ``n`` slots after ``after_ms`` with their UTC and local times, for people.
+
+        Fewer (or none) when the schedule reaches the end of year 9999 first."""
         infos: list[SlotInfo] = []
         previous = after_ms
         for _ in range(n):
-            slot = self.next_slot(previous)
+            try:
+                slot = self.next_slot(previous)
+            except _EndOfTime:
+                break
             local = datetime.fromtimestamp(slot // 1000, self._zone)
             infos.append(
                 SlotInfo(

@@ -28,6 +28,7 @@ from ._durations import DurationLike
 from ._errors import ConfigError, StoreUnavailable
 from ._health import Health, HealthServer, LastClaim, RunningJob
 from ._jobs import JobSpec, fit_to_store, make_job, set_up_jobs
+from ._names import printable_host
 from ._runner import Execution
 from ._urls import redact
 from .abc import ClaimStore
@@ -48,7 +49,7 @@ MAX_CONNECT_DELAY_S = 5.0
 
 def default_instance_id() -> str:
     """``host:pid:xxxx``: readable in history, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+    return f"{printable_host(socket.gethostname())}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 class Scheduler:
