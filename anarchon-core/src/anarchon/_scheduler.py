@@ -168,9 +168,9 @@ class Scheduler:
         """Decorator: run the function at each slot of `cron` (5 fields, or 6 with seconds first)
         in zone `tz`, on exactly one instance.
 
-        lease: how long a winner holds the run without renewing (default 60 s); heartbeat: how
-        often it renews (default lease / 3); max_late: how long after its slot a run may still
-        start (default the job's interval, at most 60 s); overlap: ``"skip"`` a slot while an
+        lease: how long a winner holds the run without renewing (default 60 s, at most a day);
+        heartbeat: how often it renews (default lease / 3); max_late: how long after its slot a
+        run may still start (default the job's interval, at most 60 s; at most 31 days); overlap: ``"skip"`` a slot while an
         earlier run still holds a lease (default where the store supports it) or ``"allow"``;
         attempts: how many instances may try a run in turn after crashes (default 3);
         catch_up: what becomes of slots reached late, at start or after a stall (T6):
