@@ -210,7 +210,7 @@ async def test_holder_with_any_text_comes_back_whole(
     env_on: EnvFactory, server: str, strategy: str
 ) -> None:
     env, store, slot = await _batching(env_on, server, strategy)
-    odd = "web 1\n%0A 100% ü"
+    odd = "web 1 %0A 100% ü"
     first = env.request("job", slot, instance=odd)
     assert (await store.claim(first)).holder == odd
     rival = env.request("job", slot, instance="rival")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from conftest import Env, EnvFactory
 
 COALESCED = "coalesced: slot 5 is due too; catch_up 'latest' runs only the newest"
-ODD_HOLDER = "web 1\n%0A 100% ü"
+ODD_HOLDER = "web 1 %0A 100% ü"
 """A holder with every character the claim scripts' answers escape."""
 ODD_REASON = "paused: by ops 100% sure, see ticket #7 (ü)"
 """A skip reason with spaces and percent signs, which the answers must bring back whole."""

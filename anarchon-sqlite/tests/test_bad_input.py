@@ -160,7 +160,7 @@ async def test_unknown_status_in_a_row_is_corrupt_naming_job_and_slot(tmp_path: 
         assert f"run of job 'sync' at slot {slot}" in str(info.value)
         assert "status 'paused'" in str(info.value)
     tamper(path, "UPDATE anarchon_runs SET status = 'running', attempt = 'two'")
-    with pytest.raises(StoreCorrupt, match=r"has attempt 'two'; expected an integer >= 1"):
+    with pytest.raises(StoreCorrupt, match=r"has attempt 'two'; expected an integer from 1 to 999"):
         await store.claim(request)
     await store.close()
 

@@ -26,7 +26,7 @@ from ._names import check_name
 from ._once import once
 from ._options import DurationMs, DurationMsOrZero, StoreOptions
 from ._run import Run
-from ._runs import RunRecord, RunStatus
+from ._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from ._schedule import Schedule
 from ._scheduler import Scheduler
 from ._urls import StoreURL, redact
@@ -51,6 +51,8 @@ __all__ = [
     "ClaimRequest",
     "ClaimStore",
     "ConfigError",
+    "DamagedHistory",
+    "DamagedRun",
     "DurationMs",
     "DurationMsOrZero",
     "Fenced",

@@ -1,5 +1,7 @@
 """Sending claims: retries with the same token (C2), fail-closed answers (C3), and outages that are
-logged once, not once per claim (DESIGN section 11)."""
+logged once, not once per claim (DESIGN section 11). A store that answers a job's claims with data
+anarchon cannot read (`StoreCorrupt`) makes the instance not ready until a claim of that job
+succeeds again."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from ._claims import Claim, ClaimRequest, Outcome
-from ._errors import AnarchonError, StoreUnavailable
+from ._errors import AnarchonError, StoreCorrupt, StoreUnavailable
 from ._urls import redact
 from .plugins import PluginManager
 
@@ -26,10 +28,14 @@ T = TypeVar("T")
 UNANSWERED = "the store did not answer before the slot turned late"
 """How the reason of a `late` answer the claimer made up itself starts: the store was down, so
 nothing is recorded yet (the dispatcher records the slot once the store answers again)."""
+REFUSED = "the claim failed and was not resent"
+"""How the reason of an `unknown` answer the claimer made up itself starts: the store raised an
+error that resending cannot fix (`StoreCorrupt`, `ConfigError`), named after it."""
 
 
 class StoreHealth:
-    """Tracks whether the store answers; logs the start and the end of each outage once."""
+    """Tracks whether the store answers; logs the start and the end of each outage once. Tracks
+    the jobs whose claims the store answers with data anarchon cannot read (`damaged`)."""
 
     def __init__(self, store_name: str, events: PluginManager) -> None:
         self.store_name = store_name
@@ -37,6 +43,39 @@ class StoreHealth:
         self.down_since: float | None = None
         self.last_error: str | None = None
         self.last_ok: float | None = None
+        self.damaged: dict[str, str] = {}
+        """By job: the error (redacted) of its last claim, which raised `StoreCorrupt`. Each
+        stays until a claim of its job succeeds; the instance is not ready while any does."""
+
+    def corrupt(self, operation: str, jobs: Sequence[str], error: StoreCorrupt) -> None:
+        """Claims of `jobs` raised `StoreCorrupt`: logged at ERROR when a job is newly damaged
+        or its error changed (else DEBUG), and told to the observers every time."""
+        text = redact(f"{type(error).__name__}: {error}")
+        self.last_error = text
+        changed = [job for job in jobs if self.damaged.get(job) != text]
+        self.damaged.update(dict.fromkeys(jobs, text))
+        log.log(
+            logging.ERROR if changed else logging.DEBUG,
+            "store %s: %s of job(s) %s failed: %s; this instance is not ready until a claim of "
+            "them succeeds (repair the data the error names)",
+            self.store_name,
+            operation,
+            ", ".join(jobs),
+            text,
+            extra={"store": self.store_name, "operation": operation, "jobs": list(jobs)},
+        )
+        self.events.store_error(store=self.store_name, operation=operation, error=error)
+
+    def answered(self, jobs: Sequence[str]) -> None:
+        """Claims of `jobs` succeeded: those that were damaged are no longer."""
+        back = [job for job in jobs if self.damaged.pop(job, None) is not None]
+        if back:
+            log.info(
+                "store %s answers claims of job(s) %s again",
+                self.store_name,
+                ", ".join(back),
+                extra={"store": self.store_name, "jobs": back},
+            )
 
     def failed(self, operation: str, error: BaseException) -> None:
         self.last_error = redact(f"{type(error).__name__}: {error}")
@@ -89,6 +128,16 @@ class Claimer:
     ) -> T | None:
         """Run `make()` until it answers; None once `give_up()` is true or the claimer stops.
         Transport errors are retried with backoff; any other error is logged and gives up."""
+        result = await self._call(operation, make, give_up=give_up)
+        if isinstance(result, AnarchonError):
+            self._log_refused(operation, result)
+            return None
+        return result
+
+    async def _call(
+        self, operation: str, make: Callable[[], Awaitable[T]], *, give_up: Callable[[], bool]
+    ) -> T | AnarchonError | None:
+        """`call`, returning the `AnarchonError` that gave up (not logged) instead of None."""
         delay = 0.05
         while True:
             try:
@@ -96,17 +145,7 @@ class Claimer:
             except TRANSPORT_ERRORS as exc:
                 self.health.failed(operation, exc)
             except AnarchonError as exc:
-                log.error(
-                    "store %s: %s failed: %s",
-                    self.health.store_name,
-                    operation,
-                    redact(str(exc)),
-                    extra={"store": self.health.store_name, "operation": operation},
-                )
-                self.events.store_error(
-                    store=self.health.store_name, operation=operation, error=exc
-                )
-                return None
+                return exc
             else:
                 self.health.ok()
                 return result
@@ -118,6 +157,16 @@ class Claimer:
                 pass
             delay = min(delay * 2, 1.0)
 
+    def _log_refused(self, operation: str, exc: AnarchonError) -> None:
+        log.error(
+            "store %s: %s failed: %s",
+            self.health.store_name,
+            operation,
+            redact(str(exc)),
+            extra={"store": self.health.store_name, "operation": operation},
+        )
+        self.events.store_error(store=self.health.store_name, operation=operation, error=exc)
+
     def _late(self, request: ClaimRequest) -> Callable[[], bool]:
         return lambda: self.now_ms() - request.slot > request.max_late_ms
 
@@ -127,27 +176,73 @@ class Claimer:
             reason=f"{UNANSWERED}: {self.health.last_error}",
         )
 
+    def _answers(
+        self,
+        operation: str,
+        requests: Sequence[ClaimRequest],
+        answers: list[Claim] | AnarchonError | None,
+    ) -> list[Claim]:
+        """The claims' answers from what `_call` returned, noting in `health` whether the
+        store answered their jobs with damaged data. A claim the store refused for good
+        (`StoreCorrupt`, `ConfigError`) answers `unknown` (C3) with the error as its reason,
+        so nobody runs it and it is not recorded as late later."""
+        jobs = [r.job for r in requests]
+        if answers is None:
+            return [self._unreachable(r) for r in requests]
+        if isinstance(answers, AnarchonError):
+            if isinstance(answers, StoreCorrupt):
+                self.health.corrupt(operation, jobs, answers)
+            else:
+                self._log_refused(operation, answers)
+            reason = redact(f"{REFUSED}: {type(answers).__name__}: {answers}")
+            return [Claim(outcome=Outcome.UNKNOWN, reason=reason) for _ in requests]
+        self.health.answered(jobs)
+        return answers
+
     async def claim(
         self, claim: Callable[[ClaimRequest], Awaitable[Claim]], request: ClaimRequest
     ) -> Claim:
         """Claim until decided or late (C2: same token on every resend)."""
         started = time.perf_counter()
-        answer = await self.call(
-            "claim", lambda: claim(request), give_up=self._late(request)
-        ) or self._unreachable(request)
-        self.decided(request, answer, started)
-        return answer
+        answer = await self._call("claim", lambda: claim(request), give_up=self._late(request))
+        (result,) = self._answers(
+            "claim", [request], [answer] if isinstance(answer, Claim) else answer
+        )
+        self.decided(request, result, started)
+        return result
 
     async def claim_many(
         self,
         claim_many: Callable[[Sequence[ClaimRequest]], Awaitable[list[Claim]]],
         requests: Sequence[ClaimRequest],
     ) -> list[Claim]:
+        """Claim the jobs of one slot in one call. When it raises `StoreCorrupt` (a job's data
+        is damaged), each job is claimed alone with the same token (C2: a job the batch had
+        decided answers the same), so that the other jobs still run and only the damaged one
+        is marked."""
         started = time.perf_counter()
-        answers = await self.call(
+        answers = await self._call(
             "claim_many", lambda: claim_many(requests), give_up=self._late(requests[0])
         )
-        result = answers if answers is not None else [self._unreachable(r) for r in requests]
+        if isinstance(answers, StoreCorrupt) and len(requests) > 1:
+            log.debug(
+                "store %s: claim_many failed (%s); claiming each job alone",
+                self.health.store_name,
+                redact(str(answers)),
+            )
+            alone = await asyncio.gather(
+                *(
+                    self._call("claim", _alone(claim_many, r), give_up=self._late(r))
+                    for r in requests
+                )
+            )
+            result = [
+                answer
+                for r, got in zip(requests, alone, strict=True)
+                for answer in self._answers("claim", [r], got)
+            ]
+        else:
+            result = self._answers("claim_many", requests, answers)
         for request, answer in zip(requests, result, strict=True):
             self.decided(request, answer, started)
         return result
@@ -183,3 +278,10 @@ class Claimer:
         self.events.claim_decided(
             store=self.health.store_name, request=request, claim=claim, latency_ms=latency_ms
         )
+
+
+def _alone(
+    claim_many: Callable[[Sequence[ClaimRequest]], Awaitable[list[Claim]]],
+    request: ClaimRequest,
+) -> Callable[[], Awaitable[list[Claim]]]:
+    return lambda: claim_many([request])

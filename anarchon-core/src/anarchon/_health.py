@@ -72,6 +72,10 @@ class Health:
     running: tuple[RunningJob, ...] = ()
     last_claims: Mapping[str, LastClaim] = attrs.field(factory=dict)
     """By job name."""
+    damaged_jobs: Mapping[str, str] = attrs.field(factory=dict)
+    """Jobs whose last claim the store answered with data anarchon cannot read (`StoreCorrupt`:
+    a damaged row, key or message), with the error (redacted). The instance is not ready while
+    any is listed; a job leaves the list when a claim of it succeeds."""
 
     @property
     def live(self) -> bool:
@@ -80,8 +84,9 @@ class Health:
 
     @property
     def ready(self) -> bool:
-        """Started, the store opened, and it answers: the instance can win runs."""
-        return self.started and self.store_open and self.store_reachable
+        """Started, the store opened, it answers, and no job's claims fail on damaged data
+        (`damaged_jobs`): the instance can win runs."""
+        return self.started and self.store_open and self.store_reachable and not self.damaged_jobs
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: enums as strings, times as epoch ms."""

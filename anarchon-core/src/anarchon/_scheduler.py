@@ -490,6 +490,7 @@ class Scheduler:
             started_at=self._started_at,
             store_open=self._store_open,
             store_reachable=store.down_since is None,
+            damaged_jobs=dict(store.damaged),
             store_down_since=wall_ms(store.down_since),
             last_error=store.last_error,
             clock_offset_ms=self.store_clock.offset_ms,

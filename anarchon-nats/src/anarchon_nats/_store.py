@@ -45,6 +45,7 @@ from anarchon import (
     StoreUnavailable,
     StoreURL,
 )
+from anarchon._runs import HistoryReader
 
 from ._answers import Acks, OtherStream, read_stored
 from ._batch import publish_all
@@ -424,6 +425,9 @@ class NATSStore(ClaimStore):
             if total == 0 or limit == 0:
                 return []
             newest: list[tuple[int, int, RunRecord]] = []
+            # A message that is not one of ours is reported with the runs (`DamagedHistory`),
+            # the first `limit` of them.
+            reader = HistoryReader(job)
             sub = await js.subscribe(
                 subject,
                 stream=self.stream,
@@ -434,14 +438,28 @@ class NATSStore(ClaimStore):
                 while True:
                     msg = await sub.next_msg(timeout=self._timeout)
                     meta = msg.metadata
-                    run = decode(
-                        msg.data, stream=self.stream, seq=meta.sequence.stream, when=meta.timestamp
-                    )
-                    item = (run.slot, meta.sequence.stream, run)
-                    if len(newest) < limit:
-                        heapq.heappush(newest, item)
+                    seq = meta.sequence.stream
+                    try:
+                        run = decode(msg.data, stream=self.stream, seq=seq, when=meta.timestamp)
+                        if run.job != job:
+                            raise StoreCorrupt(
+                                f"message {seq} of stream {self.stream} on subject "
+                                f"{msg.subject} holds a claim of job {run.job!r}, not {job!r}: "
+                                "another program published it; remove the message"
+                            )
+                    except StoreCorrupt as exc:
+                        if len(reader.damaged) < limit:
+                            reader.damage(
+                                f"message {seq} of stream {self.stream}",
+                                str(exc),
+                                slot=self.subjects.slot_of(msg.subject),
+                            )
                     else:
-                        heapq.heappushpop(newest, item)
+                        item = (run.slot, seq, run)
+                        if len(newest) < limit:
+                            heapq.heappush(newest, item)
+                        else:
+                            heapq.heappushpop(newest, item)
                     if meta.num_pending == 0:
                         break
             finally:
@@ -450,7 +468,7 @@ class NATSStore(ClaimStore):
             raise
         except DRIVER_ERRORS as exc:
             raise self._error(exc) from None
-        return [run for _, _, run in sorted(newest, reverse=True)]
+        return reader.result([run for _, _, run in sorted(newest, reverse=True)])
 
     async def now_ms(self) -> int | None:
         """None: NATS offers no clock; lateness is judged by the instance's clock (T4)."""

@@ -44,6 +44,13 @@ class Subjects:
             return f"{self.prefix}.{job}.claims"
         return f"{self.prefix}.{job}.slot.*"
 
+    def slot_of(self, subject: str) -> int | None:
+        """The slot a claim subject names (expected-seq), or None (msg-id, or not a slot)."""
+        last = subject.rsplit(".", 1)[-1]
+        if self.strategy == "msg-id" or not (last.isascii() and last.isdigit()) or len(last) > 19:
+            return None
+        return int(last)
+
 
 def stream_config(options: NATSOptions) -> StreamConfig:
     msg_id = options.strategy == "msg-id"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +27,7 @@ from anarchon import (
     StoreURL,
 )
 from anarchon._leases import keep_until
+from anarchon._runs import HistoryReader
 
 from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
 from ._connection import connection_kwargs, libpq_conninfo
@@ -376,7 +378,13 @@ class PostgresStore(LeaseStore):
         where = self.names.shown(self.names.table)
 
         rows = await self._fetchall(self._sql.history, (self.options.prefix, job, limit))
-        return [run_from_row(row, job, where) for row in rows]
+        # A row that cannot be read is named (DamagedHistory) while the others still come back.
+        reader = HistoryReader(job)
+        for row in rows:
+            reader.read(
+                functools.partial(run_from_row, row, job, where), key=f"slot {row[0]}", slot=row[0]
+            )
+        return reader.result()
 
     async def jobs(self) -> list[str]:
         """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""

@@ -244,6 +244,13 @@ def translated(url: StoreURL, keys: JobKeys | None = None) -> Iterator[None]:
         raise StoreUnavailable(f"Redis at {url} failed: {exc}") from None
     except rex.InvalidResponse as exc:
         raise not_redis(url, exc) from None
+    except UnicodeDecodeError as exc:  # the driver decodes every reply (decode_responses)
+        raise StoreCorrupt(
+            f"Redis at {url}: "
+            + (f"a key of job {keys.job!r}" if keys else "a reply")
+            + f" holds bytes that are not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "anarchon writes only UTF-8: remove or repair the value, or use another prefix"
+        ) from None
     except rex.ReadOnlyError:
         raise StoreUnavailable(
             f"Redis at {url} is a read-only replica: point the URL at the primary (after a "

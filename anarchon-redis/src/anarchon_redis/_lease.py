@@ -20,6 +20,7 @@ token and status again answer True and change nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -38,7 +39,10 @@ from anarchon import (
     StoreOptions,
     StoreURL,
 )
+from anarchon._claims import MAX_SLOT_MS
 from anarchon._leases import claim_from_outcome, decide_claim, keep_until
+from anarchon._names import shown
+from anarchon._runs import HistoryReader
 
 from ._client import Script, guarded, server_now_ms, translated
 from ._keys import JobKeys
@@ -159,15 +163,43 @@ class RedisLeaseStore(RedisStore, LeaseStore):
         keys = self.keys(job)
         client = self.client
 
-        async def read() -> list[tuple[int, str | None]]:
+        async def read() -> list[tuple[str, str | UnicodeDecodeError | None]]:
             slots: Any = await client.zrevrange(keys.slots, 0, max(limit, 1) - 1)
             if not slots or limit < 1:
                 return []
-            values: Any = await client.hmget(keys.runs, slots)
-            return [(int(s), v) for s, v in zip(slots, values, strict=True)]
+            try:
+                values: Any = await client.hmget(keys.runs, slots)
+            except UnicodeDecodeError:  # a value is not UTF-8: find it, read the others
+                values = [await _field(client, keys.runs, slot) for slot in slots]
+            return list(zip(slots, values, strict=True))
 
         rows = await guarded(client, self.url, keys, [keys.slots, keys.runs], read)
-        return [run_from_value(raw, job, slot, keys.runs) for slot, raw in rows if raw is not None]
+        # A run that cannot be read is reported with the others (`DamagedHistory`).
+        reader = HistoryReader(job)
+        for member, raw in rows:
+            slot = _slot(member)
+            if slot is None:
+                reader.damage(
+                    f"{keys.slots} member {shown(member)}",
+                    f"Redis key {keys.slots} of job {job!r} has member {shown(member)}; "
+                    "expected a slot in epoch milliseconds: remove the member (ZREM) and the "
+                    f"field of the same name in {keys.runs}",
+                )
+            elif isinstance(raw, UnicodeDecodeError):
+                reader.damage(
+                    f"{keys.runs} field {slot}",
+                    f"Redis key {keys.runs} field {slot} holds bytes that are not UTF-8 text "
+                    f"({raw.reason} at byte {raw.start}); anarchon writes only UTF-8: remove "
+                    "or repair the field",
+                    slot=slot,
+                )
+            elif raw is not None:
+                reader.read(
+                    functools.partial(run_from_value, raw, job, slot, keys.runs),
+                    key=f"{keys.runs} field {slot}",
+                    slot=slot,
+                )
+        return reader.result()
 
     async def now_ms(self) -> int:
         with translated(self.url):
@@ -213,6 +245,25 @@ def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:
         raise StoreCorrupt(
             f"Redis answered {answer!r} to the claim script for job {request.job!r}"
         ) from None
+
+
+async def _field(client: aioredis.Redis, key: str, field: str) -> str | UnicodeDecodeError | None:
+    try:
+        value: Any = await client.hget(key, field)
+    except UnicodeDecodeError as exc:
+        return exc
+    return value  # type: ignore[no-any-return]
+
+
+def _slot(member: str) -> int | None:
+    """A member of the job's :slots as a slot, or None when it is not one anarchon writes."""
+    if not (member.isascii() and member.isdigit() and len(member) <= MAX_SLOT_DIGITS):
+        return None
+    slot = int(member)
+    return slot if slot <= MAX_SLOT_MS else None
+
+
+MAX_SLOT_DIGITS = len(str(MAX_SLOT_MS))
 
 
 def _unescaped(holder: str) -> str:

@@ -187,7 +187,7 @@ class RedisStore(ClaimStore):
                     raise
                 await script.load(self.client, self._functions)
                 answer = await wire.call(self.client.connection_pool, packed)
-        except (rex.RedisError, OSError) as exc:
+        except (rex.RedisError, OSError, UnicodeDecodeError) as exc:
             await self._refuse(request.job, exc)
         if not isinstance(answer, str):
             await self._refuse(request.job, self._odd(answer, 1))
@@ -250,7 +250,7 @@ class RedisStore(ClaimStore):
 
         try:
             await script.send(self.client, calls(), take, self._functions)
-        except (rex.RedisError, OSError) as exc:
+        except (rex.RedisError, OSError, UnicodeDecodeError) as exc:
             await self._refuse(requests[0].job, exc)
         if failed:
             await self._refuse(*failed[0])

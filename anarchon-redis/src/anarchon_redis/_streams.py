@@ -24,6 +24,7 @@ from anarchon import (
     StoreCorrupt,
 )
 from anarchon._leases import early_claim_error
+from anarchon._runs import HistoryReader
 
 from ._client import guarded
 from ._keys import JobKeys
@@ -185,7 +186,14 @@ class StreamStore(RedisStore):
 
         entries = await self._guarded(keys, read)
         runs: dict[int, RunRecord] = {}
+        # An entry anarchon did not write is reported with the runs (`DamagedHistory`).
+        reader = HistoryReader(job)
         for entry in entries:
-            run = record_from_entry(job, entry, keys.claims)
+            try:
+                run = record_from_entry(job, entry, keys.claims)
+            except StoreCorrupt as exc:
+                entry_id = entry[0] if isinstance(entry, (list, tuple)) and entry else "?"
+                reader.damage(f"{keys.claims} entry {entry_id}", str(exc))
+                continue
             runs.setdefault(run.slot, run)
-        return [runs[s] for s in sorted(runs, reverse=True)[: max(limit, 0)]]
+        return reader.result([runs[s] for s in sorted(runs, reverse=True)[: max(limit, 0)]])

@@ -11,6 +11,7 @@ that decides it records it, and later claims read it like any finished run.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 
@@ -18,9 +19,11 @@ import attrs
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
 from anarchon._leases import decide_claim, decide_finish, keep_until, sweeps_now
+from anarchon._names import shown
+from anarchon._runs import HistoryReader
 
 from . import _rows as sql
-from ._schema import RUNS
+from ._schema import JOBS, RUNS
 
 __all__ = ["Steps"]
 
@@ -111,8 +114,9 @@ class Steps:
             return None
         if not isinstance(floor, int) or isinstance(floor, bool):
             raise StoreCorrupt(
-                f"floor of job {job!r} (prefix {self.prefix!r}) in {self.path} is {floor!r}; "
-                "expected a slot in epoch milliseconds"
+                f"floor of job {job!r} (prefix {self.prefix!r}) in {self.path} is "
+                f"{shown(floor)}; expected a slot in epoch milliseconds: set the job's floor in "
+                f"table {JOBS} to the newest slot whose run was deleted"
             )
         return floor
 
@@ -201,8 +205,16 @@ class Steps:
         return cursor.rowcount == 1
 
     def history(self, conn: sqlite3.Connection, job: str, limit: int) -> list[RunRecord]:
-        rows = conn.execute(sql.SELECT_HISTORY, (self.prefix, job, limit)).fetchall()
-        return [sql.run_from_row(row, job, self.path) for row in rows]
+        """Newest slot first; rows that cannot be read are reported (`DamagedHistory`) with
+        the others, each named by its slot as stored."""
+        reader = HistoryReader(job)
+        for row in conn.execute(sql.SELECT_HISTORY, (self.prefix, job, limit)).fetchall():
+            reader.read(
+                functools.partial(sql.run_from_row, row, job, self.path),
+                key=f"slot {shown(row[0])}",
+                slot=row[0],
+            )
+        return reader.result()
 
     def jobs(self, conn: sqlite3.Connection) -> list[str]:
         return [str(row[0]) for row in conn.execute(sql.SELECT_JOBS, (self.prefix,)).fetchall()]

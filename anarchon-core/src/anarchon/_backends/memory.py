@@ -7,6 +7,7 @@ to the letter and nothing more. Stores opened with the same name in one process 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,10 +17,11 @@ import attrs
 
 from .._capabilities import Capabilities
 from .._claims import Claim, ClaimRequest
+from .._errors import StoreCorrupt
 from .._leases import decide_claim, decide_finish, keep_until
-from .._names import check_name
+from .._names import check_name, shown
 from .._options import StoreOptions
-from .._runs import RunRecord, RunStatus
+from .._runs import HistoryReader, RunRecord, RunStatus
 from .._urls import StoreURL
 from ..abc import LeaseStore
 
@@ -126,13 +128,24 @@ class MemoryStore(LeaseStore):
                 None,
             )
 
-        claim, write = decide_claim(run, request, now, floor=state.floor, other_live=other_live)
+        floor = None if run is not None else self._floor(request.job, state)
+        claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
         if write is not None:
             state.runs[request.slot] = write
             if run is None:
                 state.keep[request.slot] = keep_until(request, self.options.retention_margin_ms)
                 self._sweep(state, now)
         return claim
+
+    def _floor(self, job: str, state: _Job) -> int | None:
+        floor: object = state.floor
+        if floor is None or (isinstance(floor, int) and not isinstance(floor, bool)):
+            return floor
+        raise StoreCorrupt(
+            f"floor of job {job!r} (prefix {self.options.prefix!r}) in {self.url} is "
+            f"{shown(floor)}; expected a slot in epoch milliseconds: only a backdoor writes "
+            "such a value, open a store of another name"
+        )
 
     def _sweep(self, state: _Job, now: int) -> None:
         """L11: forget runs past retention beyond the newest `history_limit`; raise the floor."""
@@ -203,9 +216,20 @@ class MemoryStore(LeaseStore):
         return self._update(job, slot, token, lambda r, now: attrs.evolve(r, lease_until=now - 1))
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+        """Newest slot first; a run a backdoor damaged is reported (`DamagedHistory`) with the
+        others, as the stores that keep data outside the process do."""
         with self._ns.lock:
             runs = self._job(job).runs
-            return [runs[s] for s in sorted(runs, reverse=True)[:limit]]
+            reader = HistoryReader(job)
+            where = str(self.url)
+            for slot in sorted(runs, reverse=True)[:limit]:
+                row = attrs.astuple(runs[slot], recurse=False)[1:]
+                reader.read(
+                    functools.partial(RunRecord.from_row, row, job=job, where=where),
+                    key=f"slot {slot}",
+                    slot=slot,
+                )
+            return reader.result()
 
     async def jobs(self) -> list[str]:
         """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
@@ -230,3 +254,15 @@ class MemoryStore(LeaseStore):
     def floor(self, job: str) -> int | None:
         with self._ns.lock:
             return self._job(job).floor
+
+    def damage(self, job: str, at: int | None, /, **fields: object) -> None:
+        """Write values anarchon never writes, unchecked, for tests of a damaged store: fields
+        of the run at slot `at` (``status="bogus"``, ``slot="abc"``), or with `at` None the
+        job's ``floor`` (``floor="bad"``)."""
+        with self._ns.lock:
+            state = self._job(job)
+            if at is None:
+                state.floor = fields.pop("floor")  # type: ignore[assignment]
+            if fields:
+                assert at is not None
+                state.runs[at] = attrs.evolve(state.runs[at], **fields)  # type: ignore[arg-type]

@@ -7,26 +7,38 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .._capabilities import Capabilities
+from .._claims import MAX_SLOT_MS
 from .._connect import connect, create_store
 from .._durations import to_ms
 from .._errors import ConfigError
 from .._names import check_name
-from .._runs import RunRecord, RunStatus
-from .._schedule import Schedule
+from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
+from .._schedule import EARLIEST_MS, Schedule
 from .._urls import StoreURL, redact
 from ..plugins import BackendInfo, plugin_manager
 from . import configure_logging
 
-__all__ = ["backends", "check_file", "history", "next_slots", "parse_after", "parse_since"]
+__all__ = [
+    "DAMAGED",
+    "backends",
+    "check_file",
+    "damaged_json",
+    "history",
+    "in_slot_order",
+    "next_slots",
+    "parse_after",
+    "parse_since",
+]
 
 # URLs that build a store without a server, to read its default capabilities (never opened).
 _SAMPLE_URLS = {"memory": "memory://", "sqlite": "sqlite:///anarchon.db"}
@@ -40,7 +52,10 @@ def _console() -> Console:
 def _iso(ms: int | None) -> str:
     if ms is None:
         return ""
-    when = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    try:
+        when = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    except (ValueError, OverflowError, OSError):  # a stored time no date can show
+        return f"{ms} ms"
     text = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return text.replace(".000Z", "Z")
 
@@ -148,11 +163,17 @@ def check_file(parsed: StoreURL) -> None:
         raise ConfigError(f"{parsed}: no such database file {os.path.abspath(parsed.path)!r}")
 
 
-async def _read_history(url: StoreURL, job: str, limit: int) -> list[RunRecord]:
+async def _read_history(
+    url: StoreURL, job: str, limit: int
+) -> tuple[list[RunRecord], DamagedHistory | None]:
+    """The runs that could be read, and what says which could not (`DamagedHistory`)."""
     async with connect(url) as store:
         if not store.capabilities.history:
             raise ConfigError(f"store {url} keeps no run history ({url.scheme}:// has none)")
-        return await store.history(job, limit)
+        try:
+            return await store.history(job, limit), None
+        except DamagedHistory as damaged:
+            return damaged.records, damaged
 
 
 def _record_json(record: RunRecord) -> dict[str, Any]:
@@ -168,6 +189,31 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
         "finished_at": _iso(record.finished_at) or None,
         "error": record.error,
     }
+
+
+DAMAGED = "damaged"
+"""The status `history` and `status` show for a stored run they cannot read."""
+
+
+def damaged_json(run: DamagedRun) -> dict[str, Any]:
+    """A run that could not be read, as the JSON of `history` and `status` shows it: status
+    ``damaged``, the store's name for it as `key`, what is wrong as `error`."""
+    return {
+        "job": run.job,
+        "slot": _iso(run.slot) or None,
+        "slot_ms": run.slot,
+        "status": DAMAGED,
+        "key": redact(run.key),
+        "error": redact(run.problem),
+    }
+
+
+def in_slot_order(
+    records: list[RunRecord], damaged: list[DamagedRun]
+) -> list[RunRecord | DamagedRun]:
+    """Newest slot first; damaged runs whose slot is unknown come first, where they show."""
+    entries: list[RunRecord | DamagedRun] = [*records, *damaged]
+    return sorted(entries, key=lambda e: (e.slot is None, e.slot or 0), reverse=True)
 
 
 @click.command()
@@ -200,7 +246,9 @@ def history(
 ) -> None:
     """Show the runs of JOB in the store at URL, newest first.
 
-    Times are UTC. Passwords in URL are never printed.
+    Times are UTC. Passwords in URL are never printed. A stored run that cannot be read is
+    shown with status "damaged", its key and what is wrong, whatever the filters, among the
+    others; the command then exits with code 4.
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
@@ -208,32 +256,60 @@ def history(
     since_ms = None if since is None else parse_since(since, int(time.time() * 1000))
     check_file(parsed)
     filtered = since_ms is not None or bool(statuses)
-    records = asyncio.run(_read_history(parsed, job, _FILTER_WINDOW if filtered else limit))
+    records, damage = asyncio.run(_read_history(parsed, job, _FILTER_WINDOW if filtered else limit))
     wanted = {s.lower() for s in statuses}
     records = [
         r
         for r in records
         if (since_ms is None or r.slot >= since_ms) and (not wanted or r.status.value in wanted)
     ][:limit]
+    damaged = [
+        d
+        for d in (damage.damaged if damage is not None else [])
+        if since_ms is None or d.slot is None or d.slot >= since_ms
+    ]
+    entries = in_slot_order(records, damaged)
     if as_json:
-        click.echo(json.dumps([_record_json(r) for r in records], indent=2))
-        return
+        click.echo(
+            json.dumps(
+                [_record_json(e) if isinstance(e, RunRecord) else damaged_json(e) for e in entries],
+                indent=2,
+            )
+        )
+    else:
+        _print_history(job, parsed, entries)
+    if damage is not None:
+        raise damage
+
+
+def _print_history(job: str, url: StoreURL, entries: list[RunRecord | DamagedRun]) -> None:
     console = _console()
-    if not records:
-        console.print(f"no runs of job {job!r} in {parsed}")
+    if not entries:
+        console.print(f"no runs of job {job!r} in {url}")
         return
-    table = Table(title=f"runs of {job!r} in {parsed}, newest first", title_justify="left")
+    table = Table(title=f"runs of {job!r} in {url}, newest first", title_justify="left")
     for column in ("slot (UTC)", "status", "attempt", "holder", "claimed", "finished", "error"):
         table.add_column(column, overflow="fold")
-    for record in records:
+    for entry in entries:
+        if isinstance(entry, DamagedRun):
+            table.add_row(
+                _iso(entry.slot) or escape(redact(entry.key)),
+                f"[red]{DAMAGED}[/red]",
+                "",
+                "",
+                "",
+                "",
+                escape(redact(entry.problem)),
+            )
+            continue
         table.add_row(
-            _iso(record.slot),
-            str(record.status),
-            str(record.attempt),
-            record.holder,
-            _iso(record.claimed_at),
-            _iso(record.finished_at),
-            redact(record.error or ""),
+            _iso(entry.slot),
+            str(entry.status),
+            str(entry.attempt),
+            escape(entry.holder),  # stored text: never read as rich markup
+            _iso(entry.claimed_at),
+            _iso(entry.finished_at),
+            escape(redact(entry.error or "")),
         )
     console.print(table)
 
@@ -258,13 +334,23 @@ def parse_after(text: str, tz: str, *, option: str = "--after") -> int:
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=ZoneInfo(tz))
-    return int(when.timestamp() * 1000)
+    try:
+        return (when - _EPOCH) // timedelta(milliseconds=1)
+    except OverflowError:  # a time in year 1 or 9999 whose offset moves it out of range
+        raise ConfigError(
+            f"{option} {text!r} is out of range; write a time from the year 1000 to 9999"
+        ) from None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @click.command("next")
 @click.argument("cron")
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the schedule.")
-@click.option("--after", default=None, help="ISO 8601 start time (default: now).")
+@click.option(
+    "--after", default=None, help="ISO 8601 start time, years 1000 to 9999 (default: now)."
+)
 @click.option("-n", "count", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
@@ -272,13 +358,17 @@ def next_slots(
     ctx: click.Context, cron: str, tz: str, after: str | None, count: int, as_json: bool
 ) -> None:
     """Show the next slots of CRON (5 fields, or 6 with seconds first) as UTC and local times,
-    with what daylight saving does to them."""
+    with what daylight saving does to them. Slots end with the year 9999: after its last one
+    there are none to show."""
     configure_logging(ctx, "WARNING")
     schedule = Schedule.parse(cron, tz)
-    after_ms = (
-        parse_after(after, tz) if after is not None else int(datetime.now().timestamp() * 1000)
-    )
-    infos = schedule.upcoming(count, after_ms)
+    after_ms = parse_after(after, tz) if after is not None else time.time_ns() // 1_000_000
+    if after_ms < EARLIEST_MS:
+        raise ConfigError(
+            f"--after {after!r} is before the year 1000; write a time from the year 1000 to 9999"
+        )
+    # Past the last slot (the end of year 9999) the answer is no slots, or fewer than asked.
+    infos = schedule.upcoming(count, after_ms) if after_ms < MAX_SLOT_MS else []
     if as_json:
         rows = [
             {
@@ -291,6 +381,11 @@ def next_slots(
         ]
         click.echo(json.dumps(rows, indent=2))
         return
+    console = _console()
+    end = "slots before the end of year 9999, the last time anarchon schedules"
+    if not infos:
+        console.print(f"{schedule.describe()}: no {end}")
+        return
     table = Table(title=schedule.describe(), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("UTC")
@@ -300,4 +395,6 @@ def next_slots(
         offset = info.local.isoformat()[19:]
         local = f"{info.local:%Y-%m-%d %a %H:%M:%S} {info.local.tzname() or ''} ({offset})"
         table.add_row(str(number), _iso(info.slot_ms), local, info.dst_note)
-    _console().print(table)
+    console.print(table)
+    if len(infos) < count:
+        console.print(f"no more {end}")

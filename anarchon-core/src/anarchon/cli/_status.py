@@ -13,19 +13,20 @@ import attrs
 import click
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from .._connect import connect
 from .._durations import to_ms
-from .._errors import ConfigError
+from .._errors import ConfigError, StoreCorrupt
 from .._names import check_name
-from .._runs import RunRecord, RunStatus
+from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from .._urls import StoreURL, redact
 from ..abc import ClaimStore, SupportsJobList
 from . import configure_logging
-from ._inspect import _console, _iso, check_file
+from ._inspect import DAMAGED, _console, _iso, check_file, damaged_json, in_slot_order
 
-__all__ = ["JobStatus", "Snapshot", "read_snapshot", "status"]
+__all__ = ["JobStatus", "Snapshot", "damage_of", "read_snapshot", "status"]
 
 
 @attrs.frozen(kw_only=True)
@@ -37,6 +38,9 @@ class JobStatus:
     counts: dict[str, int]
     counted: int
     """How many recent runs `counts` covers."""
+    damaged: tuple[DamagedRun, ...] = ()
+    """Stored runs of the job that could not be read (`DamagedHistory`); a job whose runs
+    could not be read at all has one, keyed by the job."""
 
 
 @attrs.frozen(kw_only=True)
@@ -67,7 +71,13 @@ async def read_snapshot(
     now_ms = now if now is not None else time.time_ns() // 1_000_000
     result = []
     for name in names:
-        records = await store.history(name, max(slots, window))
+        damaged: list[DamagedRun] = []
+        try:
+            records = await store.history(name, max(slots, window))
+        except DamagedHistory as exc:
+            records, damaged = exc.records, exc.damaged
+        except StoreCorrupt as exc:  # nothing of the job could be read: the others still show
+            records, damaged = [], [DamagedRun(job=name, key=f"job {name!r}", problem=str(exc))]
         counts = Counter(str(r.status) for r in records[:window])
         result.append(
             JobStatus(
@@ -75,9 +85,22 @@ async def read_snapshot(
                 latest=tuple(records[:slots]),
                 counts=dict(sorted(counts.items())),
                 counted=min(len(records), window),
+                damaged=tuple(damaged),
             )
         )
     return Snapshot(store=str(url), now_ms=now_ms, jobs=tuple(result))
+
+
+def damage_of(snapshot: Snapshot) -> StoreCorrupt | None:
+    """The error a one-shot ``status`` exits with when some runs could not be read."""
+    damaged = [d for job in snapshot.jobs for d in job.damaged]
+    if not damaged:
+        return None
+    jobs = sorted({d.job for d in damaged})
+    return StoreCorrupt(
+        f"{len(damaged)} stored run(s) of job(s) {', '.join(jobs)} cannot be read (shown as "
+        f"{DAMAGED}); the first: {damaged[0].problem}"
+    )
 
 
 def _lease_left(record: RunRecord, now_ms: int) -> int | None:
@@ -109,6 +132,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
                     }
                     for r in job.latest
                 ],
+                "damaged": [damaged_json(d) for d in job.damaged],
             }
             for job in snapshot.jobs
         ],
@@ -125,23 +149,44 @@ def render(snapshot: Snapshot) -> Group:
     )
     for column in ("job", "slot (UTC)", "status", "attempt", "winner", "lease left", "recent"):
         table.add_column(column, overflow="fold")
+    notes: list[str] = []
     for job in snapshot.jobs:
         recent = ", ".join(f"{n} {s}" for s, n in job.counts.items()) or "no runs"
-        if not job.latest:
+        entries = in_slot_order(list(job.latest), list(job.damaged))
+        if not entries:
             table.add_row(job.job, "", "", "", "", "", recent)
-        for index, r in enumerate(job.latest):
+        for index, r in enumerate(entries):
+            first, last = index == 0, index == len(entries) - 1
+            if isinstance(r, DamagedRun):
+                table.add_row(
+                    job.job if first else "",
+                    _iso(r.slot) or escape(redact(r.key)),
+                    f"[red]{DAMAGED}[/red]",
+                    "",
+                    "",
+                    "",
+                    f"{recent} (last {job.counted})" if first else "",
+                    end_section=last,
+                )
+                notes.append(
+                    f"[red]{DAMAGED}[/red] {escape(job.job)} {escape(redact(r.key))}: "
+                    + escape(redact(r.problem))
+                )
+                continue
             left = _lease_left(r, snapshot.now_ms)
             style = _STYLES.get(str(r.status), "")
             table.add_row(
-                job.job if index == 0 else "",
+                job.job if first else "",
                 _iso(r.slot),
                 f"[{style}]{r.status}[/{style}]" if style else str(r.status),
                 str(r.attempt),
-                r.holder,
+                escape(r.holder),  # stored text: never read as rich markup
                 "" if left is None else ("expired" if left < 0 else f"{left / 1000:.1f} s"),
-                f"{recent} (last {job.counted})" if index == 0 else "",
-                end_section=index == len(job.latest) - 1,
+                f"{recent} (last {job.counted})" if first else "",
+                end_section=last,
             )
+    if notes:
+        return Group(table, *notes)
     if not snapshot.jobs:
         return Group(table, "no jobs in this store yet")
     return Group(table)
@@ -175,7 +220,9 @@ def status(
     """Show the jobs in the store at URL: their latest slots with winner, attempt and lease
     left, and how their recent runs ended. Refreshes until Ctrl-C unless --once or --json.
 
-    Times are UTC, by the store's clock. Passwords in URL are never printed.
+    Times are UTC, by the store's clock. Passwords in URL are never printed. A stored run that
+    cannot be read is shown with status "damaged", its key and what is wrong, among the others;
+    with --once or --json the command then exits with code 4.
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
@@ -187,12 +234,15 @@ def status(
     async def main() -> None:
         async with connect(parsed) as store:
             snapshot = await read_snapshot(store, parsed, jobs, slots=slots, window=window)
-            if as_json:
-                click.echo(json.dumps(snapshot_json(snapshot), indent=2))
-                return
             console = _console()
-            if once:
-                console.print(render(snapshot))
+            if as_json or once:
+                if as_json:
+                    click.echo(json.dumps(snapshot_json(snapshot), indent=2))
+                else:
+                    console.print(render(snapshot))
+                damage = damage_of(snapshot)
+                if damage is not None:
+                    raise damage
                 return
             with Live(render(snapshot), console=console, auto_refresh=False) as live:
                 while True:
