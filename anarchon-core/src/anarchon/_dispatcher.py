@@ -185,6 +185,10 @@ class Dispatcher:
                 newest = after
             await self._claim_one(spec, slot, skip=missed_skip(policy, newest))
             return
+        # One after another: a run of the job still going here (the last on-time slot) ends
+        # first, so that it does not make this catch-up slot an overlap.
+        for running in [e for e in self.executions if e.spec.name == spec.name]:
+            await running.done.wait()
         execution = await self._claim_one(spec, slot, wait=True)
         if execution is not None:
             await execution.done.wait()
