@@ -168,6 +168,12 @@ class Dispatcher:
                     await self._claim_one(spec, slot, skip=late_skip(now - slot, spec.max_late_ms))
                 elif self._missed(spec, slot, now):
                     await self._catch_up(spec, slot, now)
+                elif spec.catch_up is CatchUp.ALL:
+                    # Still catching up: this slot is claimed late too, so it runs to its end
+                    # before the lane closes, and the job's next slot cannot overlap it.
+                    execution = await self._claim_one(spec, slot, wait=True)
+                    if execution is not None:
+                        await execution.done.wait()
                 else:
                     await self._claim_one(spec, slot)
         finally:
@@ -289,7 +295,12 @@ class Dispatcher:
 
     async def _execute(
         self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
-    ) -> Execution:
+    ) -> Execution | None:
+        """Start the run this instance won; while stopping, release it instead (L9), so that a
+        claim answered during shutdown neither runs nor holds its lease until it runs out."""
+        if self._stop.is_set():
+            await self._release_unstarted(request)
+            return None
         execution = Execution(
             spec=spec,
             body=lambda run: call_job(spec, run),
@@ -313,6 +324,34 @@ class Dispatcher:
 
         task.add_done_callback(finished)
         return execution
+
+    async def _release_unstarted(self, request: ClaimRequest) -> None:
+        store = self.store
+        if not isinstance(store, LeaseStore):
+            return
+        try:
+            await asyncio.wait_for(store.release(request.job, request.slot, request.token), 5)
+        except (*TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
+            log.warning(
+                "run %s@%s won while stopping could not be released (%s); a backup takes it "
+                "over when the lease runs out",
+                request.job,
+                request.slot,
+                exc,
+                extra={"job": request.job, "slot": request.slot},
+            )
+            return
+        log.info(
+            "run %s@%s won while stopping: released for a backup",
+            request.job,
+            request.slot,
+            extra={"job": request.job, "slot": request.slot},
+        )
+
+    def claiming(self) -> list[asyncio.Task[Any]]:
+        """The tasks sending claims now (slots, lanes, backups), for `stop()` to let finish."""
+        kinds = ("anarchon-slot-", "anarchon-lane-", "anarchon-backup-")
+        return [t for t in self.tasks if t.get_name().startswith(kinds)]
 
     def _watch_clock(self) -> None:
         """While runs execute on a lease store with a clock, watch that clock for steps (F1)."""

@@ -40,6 +40,9 @@ log = logging.getLogger("anarchon.scheduler")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+STOP_CLAIMS_WAIT_S = 2.0
+"""At shutdown, how long claims already sent get to be answered (a run won meanwhile is
+released at once)."""
 FENCED_EXIT_WAIT_S = 5.0
 """At shutdown, after the grace period, how long runs fenced by the shutdown get to end (a sync
 job must notice `run.fenced` / `ensure_held()` within it) before `stop()` goes on."""
@@ -386,6 +389,11 @@ class Scheduler:
             self._connecting = None
         if self._dispatcher is not None:
             self._dispatcher.cancel()
+        # Claims already sent are let finish (bounded): one the store answered won is released,
+        # not left holding its lease with nobody running it.
+        claiming = self.dispatcher.claiming()
+        if claiming:
+            await asyncio.wait(claiming, timeout=STOP_CLAIMS_WAIT_S)
         pending = [e.done.wait() for e in self.executions]
         if pending:
             log.info(
