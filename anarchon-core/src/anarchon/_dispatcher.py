@@ -168,14 +168,12 @@ class Dispatcher:
                     await self._claim_one(spec, slot, skip=late_skip(now - slot, spec.max_late_ms))
                 elif self._missed(spec, slot, now):
                     await self._catch_up(spec, slot, now)
-                elif spec.catch_up is CatchUp.ALL:
-                    # Still catching up: this slot is claimed late too, so it runs to its end
-                    # before the lane closes, and the job's next slot cannot overlap it.
+                else:
+                    # Reached through the lane, this slot is claimed late too: it runs to its
+                    # end before the lane closes, so the job's next slot cannot overlap it.
                     execution = await self._claim_one(spec, slot, wait=True)
                     if execution is not None:
                         await execution.done.wait()
-                else:
-                    await self._claim_one(spec, slot)
         finally:
             if self._lanes.get(name) is lane:
                 del self._lanes[name]
