@@ -168,12 +168,14 @@ class Dispatcher:
                     await self._claim_one(spec, slot, skip=late_skip(now - slot, spec.max_late_ms))
                 elif self._missed(spec, slot, now):
                     await self._catch_up(spec, slot, now)
-                else:
+                elif spec.overlap is Overlap.SKIP:
                     # Reached through the lane, this slot is claimed late too: it runs to its
                     # end before the lane closes, so the job's next slot cannot overlap it.
                     execution = await self._claim_one(spec, slot, wait=True)
                     if execution is not None:
                         await execution.done.wait()
+                else:
+                    await self._claim_one(spec, slot)
         finally:
             if self._lanes.get(name) is lane:
                 del self._lanes[name]
