@@ -95,25 +95,37 @@ async def tcp_server(
             writer.write(answer if replies and garbage[0] else data)
             await writer.drain()
 
+    handlers: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if target is None:
-            await pipe(reader, writer, True)
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
-        try:  # requests reach Redis unchanged: only what it answers is replaced
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        writers.append(writer)
+        try:
+            if target is None:
+                await pipe(reader, writer, True)
+                return
+            up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
+            writers.append(up_writer)
+            # requests reach Redis unchanged: only what it answers is replaced
             await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
         except (ConnectionError, OSError):
             pass
-        finally:
-            up_writer.close()
-            writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     try:
         yield server.sockets[0].getsockname()[1], garbage
     finally:
+        # Every connection is closed and waited for here, so none is left to the garbage
+        # collector (an unclosed StreamWriter warns in whichever test runs next).
         server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        for writer in writers:
+            writer.close()
+        await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
+        await server.wait_closed()
 
 
 async def test_a_server_that_is_not_redis_is_named_without_the_password() -> None:
