@@ -22,7 +22,7 @@ def create_store(url: str | StoreURL, **options: Any) -> ClaimStore:
     cls = info.load()
     merged: dict[str, Any] = {**parsed.options(), **options}
     opts = structure_options(cls.Options, merged, where=f"{parsed.scheme}://")
-    return cls(parsed, opts)  # type: ignore[call-arg]
+    return cls.from_url(parsed, opts)
 
 
 class _Connecting(Awaitable[ClaimStore]):

@@ -20,6 +20,7 @@ from ._runs import RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from ._options import StoreOptions
+    from ._urls import StoreURL
 
 __all__ = [
     "ClaimStore",
@@ -61,6 +62,17 @@ class ClaimStore(abc.ABC):
 
     Options: ClassVar[type[StoreOptions]]
     """The attrs class of this backend's options; URL query parameters are structured into it."""
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:  # noqa: B027 (a signature)
+        """Build the store from its parsed URL and its options (an instance of `Options`),
+        without connecting: `anarchon.connect` calls ``cls(url, options)`` then `open`.
+        Subclasses keep this signature (keyword-only extras are fine)."""
+
+    @classmethod
+    def from_url(cls, url: StoreURL, options: StoreOptions) -> Self:
+        """The factory `anarchon.connect` uses: ``cls(url, options)``. Override it to pick a
+        subclass from the options (each strategy its own class, say)."""
+        return cls(url, options)
 
     @property
     @abc.abstractmethod

@@ -1,0 +1,134 @@
+"""Everything a claim store needs, in one public module: what in-tree backends use, third parties
+use too.
+
+A backend subclasses `ClaimStore` or `LeaseStore` (the contract and its rules are documented
+there), declares its options as an attrs subclass of `StoreOptions`, and registers itself with
+the ``anarchon_backends`` hook. Stores that decide in Python call `decide_claim` and
+`decide_finish` inside their atomic step, so the lease rules L1-L11 are written once; stores
+that decide inside the server (Lua, SQL) implement the same table, and the conformance kit
+(``anarchon-conformance``) checks either against the real store.
+
+Importing this module loads neither the scheduler nor the CLI.
+"""
+
+from __future__ import annotations
+
+from ._capabilities import Capabilities
+from ._claims import (
+    MAX_ATTEMPTS,
+    MAX_SKIP_REASON,
+    MAX_SLOT_MS,
+    Claim,
+    ClaimRequest,
+    Outcome,
+    Overlap,
+    fencing_token,
+    new_token,
+    skip_kind,
+)
+from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable, tls_error
+from ._leases import (
+    INTERRUPTED_REASON,
+    SWEEP_EVERY_DIVISOR,
+    SWEEP_EVERY_MAX,
+    claim_from_outcome,
+    decide_claim,
+    decide_finish,
+    early_claim_error,
+    keep_until,
+    late_reason,
+    overlap_reason,
+    skip_record,
+    skipped_claim,
+    sweep_every,
+    sweeps_now,
+)
+from ._names import shown
+from ._options import (
+    DurationMs,
+    DurationMsOrZero,
+    StoreOptions,
+    converter,
+    structure_options,
+    valid_option_names,
+)
+from ._runs import EARLIEST_MS, DamagedHistory, DamagedRun, HistoryReader, RunRecord, RunStatus
+from ._urls import StoreURL, redact, shown_url
+from .abc import (
+    ClaimStore,
+    LeaseStore,
+    SupportsClaimMany,
+    SupportsJobList,
+    SupportsJobSetup,
+    SupportsPrepare,
+)
+
+__all__ = [
+    "EARLIEST_MS",
+    "INTERRUPTED_REASON",
+    "LEASE_STORE",
+    "MAX_ATTEMPTS",
+    "MAX_SKIP_REASON",
+    "MAX_SLOT_MS",
+    "SWEEP_EVERY_DIVISOR",
+    "SWEEP_EVERY_MAX",
+    "AnarchonError",
+    "Capabilities",
+    "Claim",
+    "ClaimRequest",
+    "ClaimStore",
+    "ConfigError",
+    "DamagedHistory",
+    "DamagedRun",
+    "DurationMs",
+    "DurationMsOrZero",
+    "Fenced",
+    "HistoryReader",
+    "LeaseStore",
+    "Outcome",
+    "Overlap",
+    "RunRecord",
+    "RunStatus",
+    "StoreCorrupt",
+    "StoreOptions",
+    "StoreURL",
+    "StoreUnavailable",
+    "SupportsClaimMany",
+    "SupportsJobList",
+    "SupportsJobSetup",
+    "SupportsPrepare",
+    "claim_from_outcome",
+    "converter",
+    "decide_claim",
+    "decide_finish",
+    "early_claim_error",
+    "fencing_token",
+    "keep_until",
+    "late_reason",
+    "new_token",
+    "overlap_reason",
+    "redact",
+    "shown",
+    "shown_url",
+    "skip_kind",
+    "skip_record",
+    "skipped_claim",
+    "structure_options",
+    "sweep_every",
+    "sweeps_now",
+    "tls_error",
+    "valid_option_names",
+]
+
+LEASE_STORE = Capabilities(
+    leases=True,
+    self_recognition=True,
+    fencing=True,
+    overlap=True,
+    history=True,
+    store_clock=True,
+    skips=True,
+)
+"""The capabilities of a full lease store that keeps every rule (L1-L11, S1) by its own clock.
+Derive the rest with ``attrs.evolve(LEASE_STORE, batch=True)`` or ``store_clock=False`` for a
+store with no clock of its own."""
