@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import anarchon
-from anarchon import hookimpl
+from anarchon.plugins import StartedScheduler, hookimpl
 
 config: dict[str, Any] = json.loads(sys.argv[1])
 logging.basicConfig(
@@ -64,7 +64,7 @@ scheduler = anarchon.Scheduler(
 
 class Journal:
     @hookimpl
-    def anarchon_scheduler_started(self, scheduler: anarchon.Scheduler) -> None:
+    def anarchon_scheduler_started(self, scheduler: StartedScheduler) -> None:
         journal("INSERT INTO life VALUES (?, 'up', ?)", os.getpid(), time.time())
         print("ready", flush=True)
 

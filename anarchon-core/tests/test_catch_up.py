@@ -10,7 +10,6 @@ import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
-from core_helpers import ShiftedClock, eventually
 
 import anarchon
 from anarchon import (
@@ -25,9 +24,13 @@ from anarchon import (
     StoreUnavailable,
     hookimpl,
 )
-from anarchon._catch_up import LATE_RECORDS_MAX
-from anarchon._timetable import Timetable
+from anarchon._runtime.catch_up import LATE_RECORDS_MAX
+from anarchon._runtime.jobs import make_job
+from anarchon._runtime.timetable import Timetable
 from anarchon.plugins import plugin_manager
+from anarchon_test_support import eventually
+
+from .clocks import ShiftedClock
 
 
 def scheduler(store: anarchon.ClaimStore, name: str, **kwargs: object) -> Scheduler:
@@ -136,7 +139,7 @@ async def test_T5_slots_later_than_max_late_after_a_jump_are_recorded_skipped_la
 
 
 def test_T5_late_slots_recorded_are_bounded() -> None:
-    spec = anarchon._jobs.make_job(
+    spec = make_job(
         lambda: None,
         cron="* * * * * *",
         name="tick",
@@ -386,7 +389,7 @@ def test_run_works_off_the_main_thread() -> None:
     thread = threading.Thread(target=target)
     thread.start()
     assert ran.wait(5), f"the job never ran: {errors}"
-    running = s._dispatcher  # request_stop is called on the scheduler's own loop
+    running = s.dispatcher.task  # request_stop is called on the scheduler's own loop
     assert running is not None
     running.get_loop().call_soon_threadsafe(s.request_stop)
     thread.join(5)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from anarchon import ConfigError, MemoryStore, Scheduler
-from anarchon._config import DEFAULT_STORE, load_settings
+from anarchon._runtime.settings import DEFAULT_STORE, load_settings
 
 
 def test_defaults(tmp_path: Path) -> None:

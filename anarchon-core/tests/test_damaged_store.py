@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from core_helpers import eventually
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -37,9 +36,10 @@ from anarchon import (
     StoreCorrupt,
     new_token,
 )
-from anarchon._claiming import UNANSWERED
 from anarchon._claims import MAX_ATTEMPTS, MAX_SLOT_MS
+from anarchon._runtime.claimer import UNANSWERED
 from anarchon.cli import EXIT_STORE_CORRUPT, cli
+from anarchon_test_support import eventually
 
 SLOT = 1_800_000_000_000
 SECOND = 1000

@@ -191,7 +191,7 @@ class Fleet:
         return asyncio.run(read())
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.services)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         pytest.importorskip("anarchon_sqlite")

@@ -57,8 +57,8 @@ from anarchon import (
 from anarchon._claims import MAX_SLOT_MS
 from anarchon._durations import MAX_DURATION_MS, MAX_LATE_MS, MAX_LEASE_MS
 from anarchon._names import MAX_INSTANCE_LENGTH, check_instance, printable_host
-from anarchon._schedule import EARLIEST_MS
-from anarchon._scheduler import default_instance_id
+from anarchon._runtime.cron import EARLIEST_MS
+from anarchon._runtime.settings import default_instance_id
 from anarchon.cli import cli
 
 LONG = os.environ.get("ANARCHON_HYPOTHESIS_PROFILE") == "nightly"

@@ -61,7 +61,7 @@ async def test_a_conflict_closes_a_store_the_scheduler_opened(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = SettingUp(ConfigError("conflict"))
-    monkeypatch.setattr("anarchon._scheduler.create_store", lambda *_, **__: store)
+    monkeypatch.setattr("anarchon._runtime.scheduler.create_store", lambda *_, **__: store)
     s = Scheduler("memory://setup", instance="test:1:aaaa", environ={})
     s.add_job(lambda: None, "0 0 1 1 *", name="a")
     with pytest.raises(ConfigError):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from core_helpers import eventually
 
 from anarchon import (
     ClaimRequest,
@@ -24,8 +23,9 @@ from anarchon import (
     hookimpl,
 )
 from anarchon.cli import cli
-from anarchon.plugins import plugin_manager
+from anarchon.plugins import StartedScheduler, plugin_manager
 from anarchon_sqlite import SQLiteStore
+from anarchon_test_support import eventually
 
 
 def scheduler(store: MemoryStore, name: str, **kwargs: object) -> Scheduler:
@@ -297,3 +297,35 @@ async def test_history_filters(tmp_path: Path) -> None:
         "--json",
     )
     assert [r["slot_ms"] for r in json.loads(out)] == [3000]
+
+
+class Starts:
+    """Keeps what the started hook tells."""
+
+    def __init__(self) -> None:
+        self.seen: list[StartedScheduler] = []
+
+    @hookimpl
+    def anarchon_scheduler_started(self, scheduler: StartedScheduler) -> None:
+        self.seen.append(scheduler)
+
+
+async def test_the_started_hook_tells_who_started_where_with_which_jobs() -> None:
+    s = scheduler(MemoryStore.create(), "a")
+
+    @s.job("0 0 1 1 *", name="yearly")
+    def yearly() -> None: ...
+
+    starts = Starts()
+    s.events.register(starts, name="starts")
+    try:
+        async with s:
+            assert len(starts.seen) == 1
+            seen = starts.seen[0]
+            assert (seen.instance, seen.jobs, seen.store) == ("a", ("yearly",), s.store_name)
+            assert seen.store.startswith("memory://")
+            health = seen.health()
+            assert health.started and health.ready and health.instance == "a"
+        assert not seen.health().started, "the view reads the scheduler's health as it is now"
+    finally:
+        s.events.unregister(starts)

@@ -38,7 +38,57 @@ def test_unknown_scheme_lists_installed_ones() -> None:
     assert "no backend for URL scheme 'mongodb'" in message
     assert "memory://" in message
     assert "sqlite://" in message
-    assert "pip install anarchon-mongodb" in message
+    # No invented package name: `anarchon-mongodb` is a name anyone could register.
+    assert "pip install" not in message
+    assert "third-party backend" in message
+
+
+@pytest.mark.parametrize(
+    ("scheme", "package"),
+    [
+        ("postgresql", "anarchon-postgres"),
+        ("postgres", "anarchon-postgres"),
+        ("amqp", "anarchon-rabbitmq"),
+        ("amqps", "anarchon-rabbitmq"),
+        ("redis", "anarchon-redis"),
+        ("rediss", "anarchon-redis"),
+        ("nats", "anarchon-nats"),
+        ("sqlite", "anarchon-sqlite"),
+    ],
+)
+def test_a_missing_backend_names_our_distribution(scheme: str, package: str) -> None:
+    manager = PluginManager(load_entry_points=False)  # only memory://: every other scheme missing
+    with pytest.raises(ConfigError) as info:
+        manager.backend(scheme)
+    assert f"`pip install {package}`" in str(info.value)
+
+
+def test_the_install_hint_matches_the_installed_distributions() -> None:
+    """Every scheme a published distribution of ours registers is hinted with that distribution,
+    and the hint names no other: read from the installed entry points, so a new scheme or a
+    renamed package cannot drift from `PACKAGE_OF_SCHEME`."""
+    from importlib.metadata import distributions, entry_points
+
+    from anarchon.plugins._manager import PACKAGE_OF_SCHEME
+
+    served: dict[str, str] = {}
+    for ep in entry_points(group="anarchon"):
+        dist = ep.dist
+        assert dist is not None
+        if "Private :: Do Not Upload" in (dist.metadata.get_all("Classifier") or []):
+            continue  # the MariaDB example: not published, so never a hint
+        registry = BackendRegistry()
+        registry.current_plugin = ep.name
+        plugin = ep.load()
+        if not hasattr(plugin, "anarchon_register_backends"):
+            continue  # an observer (prometheus, otel)
+        plugin.anarchon_register_backends(registry=registry)
+        for info in registry.all():
+            served[info.scheme] = dist.metadata["Name"]
+    installed = {dist.metadata["Name"] for dist in distributions()}
+    hinted = {s: p for s, p in PACKAGE_OF_SCHEME.items() if p in installed}
+    assert served == hinted
+    assert "anarchon-sqlite" in installed  # a dependency of anarchon: never absent
 
 
 def test_disabled_plugins_are_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,11 +7,11 @@ import logging
 from collections.abc import Sequence
 
 import pytest
-from core_helpers import eventually
 
 from anarchon import MemoryStore, Run, Scheduler, StoreUnavailable, SupportsPrepare
-from anarchon._jobs import make_job
-from anarchon._timetable import MIN_PREPARE_LEAD_MS, Timetable
+from anarchon._runtime.jobs import make_job
+from anarchon._runtime.timetable import MIN_PREPARE_LEAD_MS, Timetable
+from anarchon_test_support import eventually
 
 SECOND = 1000
 

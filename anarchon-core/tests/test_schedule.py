@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anarchon._errors import ConfigError
-from anarchon._schedule import Schedule
+from anarchon._runtime.cron import Schedule
 
 
 def ms(text: str) -> int:

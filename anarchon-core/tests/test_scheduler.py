@@ -10,7 +10,6 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from core_helpers import ShiftedClock, eventually
 
 import anarchon
 from anarchon import (
@@ -28,6 +27,9 @@ from anarchon import (
     hookimpl,
 )
 from anarchon.plugins import plugin_manager
+from anarchon_test_support import eventually
+
+from .clocks import ShiftedClock
 
 
 def scheduler(store: anarchon.ClaimStore, name: str, **kwargs: object) -> Scheduler:

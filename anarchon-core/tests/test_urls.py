@@ -7,7 +7,7 @@ import pytest
 
 import anarchon
 from anarchon import ConfigError, StoreURL, redact
-from anarchon._config import Settings
+from anarchon._runtime.settings import Settings
 
 SECRET = "s3cr3t-p4ss"
 

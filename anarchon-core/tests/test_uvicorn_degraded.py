@@ -30,7 +30,7 @@ from anarchon import RunRecord, RunStatus
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("anarchon_redis")
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.services]  # a private redis-server
 
 HERE = Path(__file__).parent
 MAX_LATE_S = 3

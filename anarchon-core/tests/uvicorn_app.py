@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 import anarchon
-from anarchon import hookimpl
+from anarchon.plugins import StartedScheduler, hookimpl
 
 JOURNAL = os.environ["ANARCHON_TEST_APP_JOURNAL"]
 
@@ -39,7 +39,7 @@ scheduler = anarchon.Scheduler(
 
 class Connected:
     @hookimpl
-    def anarchon_scheduler_started(self, scheduler: anarchon.Scheduler) -> None:
+    def anarchon_scheduler_started(self, scheduler: StartedScheduler) -> None:
         """Emitted once the store answered and dispatching began (after a degraded start)."""
         journal("life", "connected", None, None, time.time())
 

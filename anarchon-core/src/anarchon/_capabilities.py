@@ -14,7 +14,9 @@ class Capabilities:
     leases: bool
     """Runs hold renewable leases; a crashed winner is taken over (L1-L11)."""
     self_recognition: bool
-    """A resent claim with the same token is recognised as won (C2); without it, `unknown` (C3)."""
+    """A resent claim with the same token is recognised as won (C2). Without it a resend is never
+    `won` (C3): it may answer `unknown`, `lost` (RabbitMQ answers `lost` even to the true winner's
+    resend after a confirmed win) or `done`, so the sender must not run the job on it."""
     fencing: bool
     """renew / finish / release compare tokens, so a taken-over runner is fenced out (L7-L9)."""
     overlap: bool
@@ -22,7 +24,10 @@ class Capabilities:
     history: bool
     """`history(job, limit)` returns past runs."""
     store_clock: bool
-    """`now_ms()` reads the store's own clock (T1); otherwise lateness uses the instance clock (T4)."""
+    """`now_ms()` reads the store's own clock (T1); otherwise lateness (and, on a lease store,
+    lease expiry) is judged by the asking instance's corrected clock (T4), so clock skew between
+    instances widens the time two of them may both see a lease run out: fencing keeps the late
+    runner out."""
     skips: bool = False
     """The store keeps a decided skip as a ``skipped`` record with its reason (rule S1): later
     claims of the slot answer `skipped` and `history` shows it. Without it, a skip still takes

@@ -25,6 +25,7 @@ __all__ = [
     "decide_claim",
     "decide_finish",
     "early_claim_error",
+    "judge_window",
     "keep_until",
     "late_reason",
     "overlap_reason",
@@ -106,6 +107,44 @@ def early_claim_error(request: ClaimRequest, now: int, remembers_ms: int) -> Con
     return ConfigError(
         f"{why} Claim at most {allowed} ms before the slot (the scheduler claims at the slot)"
     )
+
+
+def judge_window(
+    request: ClaimRequest,
+    now: int,
+    *,
+    remembers_ms: int,
+    memory: str,
+    written_ms: int | None = None,
+) -> Claim | None:
+    """T4, T3 and C5 for a store with no clock of its own that remembers a claim for a window
+    counted from when it is written (NATS' duplicate window, a RabbitMQ queue's expiry), judged
+    at `now` by the instance's clock. `late` for a slot older than ``max_late_ms``, or older than
+    the store remembers a run after its slot (`remembers_ms`, T3: a claim sent then could win the
+    run again; `memory` names the store in the reason); nothing is to be sent. Raises the
+    `early_claim_error` (C5) for a claim so far ahead of its slot that a claim written now,
+    remembered for `written_ms` (default `remembers_ms`), could be forgotten while the slot can
+    still be claimed. None: send the claim."""
+    age = now - request.slot
+    if age > request.max_late_ms:
+        return Claim(
+            outcome=Outcome.LATE,
+            reason=f"the slot is {age} ms old by this instance's clock, more than max_late "
+            f"({request.max_late_ms} ms)",
+        )
+    if age > remembers_ms:
+        return Claim(
+            outcome=Outcome.LATE,
+            reason=f"the slot is {age} ms old, older than {memory} remembers a run "
+            f"({remembers_ms} ms, T3)",
+        )
+    if age < 0:
+        # Only ahead of the slot: from the slot on, the T3 check above refuses every claim made
+        # after a claim written at the slot could be forgotten.
+        error = early_claim_error(request, now, remembers_ms if written_ms is None else written_ms)
+        if error is not None:
+            raise error
+    return None
 
 
 def skip_record(request: ClaimRequest, now: int, reason: str) -> RunRecord:

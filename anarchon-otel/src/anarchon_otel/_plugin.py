@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from anarchon import Claim, ClaimRequest, RunStatus, hookimpl
+from anarchon import Claim, ClaimRequest, RunStatus
+from anarchon.plugins import StartedScheduler, hookimpl
 
 from ._config import active, configure_from_env
 
-if TYPE_CHECKING:
-    from anarchon import Scheduler
-
 
 @hookimpl
-def anarchon_scheduler_started(scheduler: Scheduler) -> None:
+def anarchon_scheduler_started(scheduler: StartedScheduler) -> None:
     configure_from_env()
 
 

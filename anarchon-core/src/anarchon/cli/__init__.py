@@ -176,14 +176,14 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 
 
 def _register() -> None:
-    from . import _certify, _demo, _inspect, _run, _status
+    from . import _certify, _demo, _inspect, _next, _run, _status
 
     cli.add_command(_run.run)
     cli.add_command(_demo.demo)
     cli.add_command(_inspect.backends)
     cli.add_command(_inspect.history)
     cli.add_command(_status.status)
-    cli.add_command(_inspect.next_slots)
+    cli.add_command(_next.next_slots)
     cli.add_command(_certify.certify)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import time
 
-from .._run import Run
-from .._scheduler import Scheduler
+from .._runtime.handle import Run
+from .._runtime.scheduler import Scheduler
 
 __all__ = [
     "DEMO_JOB",

@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .._scheduler import Scheduler
+from .._runtime.scheduler import Scheduler
 from ._demo_job import make_scheduler
 
 __all__ = ["main"]

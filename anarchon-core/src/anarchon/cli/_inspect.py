@@ -1,4 +1,4 @@
-"""``anarchon backends``, ``anarchon history URL JOB`` and ``anarchon next CRON``."""
+"""``anarchon backends`` and ``anarchon history URL JOB`` (``anarchon next`` is in `_next`)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._capabilities import Capabilities
-from .._claims import MAX_SLOT_MS
 from .._connect import connect, create_store
 from .._durations import to_ms
 from .._errors import ConfigError
 from .._names import check_name
 from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
-from .._schedule import EARLIEST_MS, Schedule
 from .._urls import StoreURL, redact
 from ..plugins import BackendInfo, plugin_manager
 from . import configure_logging
@@ -35,7 +33,6 @@ __all__ = [
     "damaged_json",
     "history",
     "in_slot_order",
-    "next_slots",
     "parse_after",
     "parse_since",
 ]
@@ -343,58 +340,3 @@ def parse_after(text: str, tz: str, *, option: str = "--after") -> int:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@click.command("next")
-@click.argument("cron")
-@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the schedule.")
-@click.option(
-    "--after", default=None, help="ISO 8601 start time, years 1000 to 9999 (default: now)."
-)
-@click.option("-n", "count", default=10, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.pass_context
-def next_slots(
-    ctx: click.Context, cron: str, tz: str, after: str | None, count: int, as_json: bool
-) -> None:
-    """Show the next slots of CRON (5 fields, or 6 with seconds first) as UTC and local times,
-    with what daylight saving does to them. Slots end with the year 9999: after its last one
-    there are none to show."""
-    configure_logging(ctx, "WARNING")
-    schedule = Schedule.parse(cron, tz)
-    after_ms = parse_after(after, tz) if after is not None else time.time_ns() // 1_000_000
-    if after_ms < EARLIEST_MS:
-        raise ConfigError(
-            f"--after {after!r} is before the year 1000; write a time from the year 1000 to 9999"
-        )
-    # Past the last slot (the end of year 9999) the answer is no slots, or fewer than asked.
-    infos = schedule.upcoming(count, after_ms) if after_ms < MAX_SLOT_MS else []
-    if as_json:
-        rows = [
-            {
-                "slot_ms": i.slot_ms,
-                "utc": _iso(i.slot_ms),
-                "local": i.local.isoformat(),
-                "dst_note": i.dst_note or None,
-            }
-            for i in infos
-        ]
-        click.echo(json.dumps(rows, indent=2))
-        return
-    console = _console()
-    end = "slots before the end of year 9999, the last time anarchon schedules"
-    if not infos:
-        console.print(f"{schedule.describe()}: no {end}")
-        return
-    table = Table(title=schedule.describe(), title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("UTC")
-    table.add_column(f"local ({tz})")
-    table.add_column("daylight saving", overflow="fold")
-    for number, info in enumerate(infos, start=1):
-        offset = info.local.isoformat()[19:]
-        local = f"{info.local:%Y-%m-%d %a %H:%M:%S} {info.local.tzname() or ''} ({offset})"
-        table.add_row(str(number), _iso(info.slot_ms), local, info.dst_note)
-    console.print(table)
-    if len(infos) < count:
-        console.print(f"no more {end}")

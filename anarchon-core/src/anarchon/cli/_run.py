@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .._scheduler import Scheduler
+from .._runtime.scheduler import Scheduler
 from . import CliError, Options, configure_logging
 
 __all__ = ["load_scheduler", "run"]

@@ -10,11 +10,13 @@ from ._lazy import lazy_exports
 from ._manager import PluginManager, plugin_manager, reset_plugin_manager
 from ._markers import hookimpl
 from ._registry import BackendInfo, BackendRegistry
+from ._started import StartedScheduler
 
 __all__ = [
     "BackendInfo",
     "BackendRegistry",
     "PluginManager",
+    "StartedScheduler",
     "hookimpl",
     "lazy_exports",
     "plugin_manager",

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from .._errors import ConfigError
-from . import spec
 from ._markers import ENTRY_POINT_GROUP, PROJECT
 from ._registry import BackendInfo, BackendRegistry
 
 if TYPE_CHECKING:
     from .._claims import Claim, ClaimRequest
     from .._runs import RunStatus
-    from .._scheduler import Scheduler
+    from ._started import StartedScheduler
 
 __all__ = ["PluginManager", "plugin_manager", "reset_plugin_manager"]
 
@@ -27,11 +26,29 @@ log = logging.getLogger("anarchon.plugins")
 DISABLED_ENV = "ANARCHON_DISABLED_PLUGINS"
 """Comma-separated entry-point names of plugins not to load (``redis,prometheus``)."""
 
+PACKAGE_OF_SCHEME = {
+    "sqlite": "anarchon-sqlite",
+    "postgresql": "anarchon-postgres",
+    "postgres": "anarchon-postgres",
+    "redis": "anarchon-redis",
+    "rediss": "anarchon-redis",
+    "amqp": "anarchon-rabbitmq",
+    "amqps": "anarchon-rabbitmq",
+    "nats": "anarchon-nats",
+    "tls": "anarchon-nats",
+}
+"""The distribution of this project that serves each scheme, for the hint of a missing backend.
+Only names we publish: a guessed ``anarchon-<scheme>`` is a name anyone could register."""
+
 
 class PluginManager:
     """Backends and observers from the ``anarchon`` entry-point group and from code."""
 
     def __init__(self, *, load_entry_points: bool = True) -> None:
+        # Here, not at the top: `spec` is a submodule of this package, whose __init__ imports
+        # this module (an import circle at module level).
+        from . import spec
+
         self._pm = pluggy.PluginManager(PROJECT)
         self._pm.add_hookspecs(spec)
         self._registry: BackendRegistry | None = None
@@ -105,9 +122,15 @@ class PluginManager:
             )
             if scheme in self.disabled:
                 hint = f"; it is disabled by {DISABLED_ENV}"
+            package = PACKAGE_OF_SCHEME.get(scheme)
+            install = (
+                f"Install its package: `pip install {package}`"
+                if package is not None
+                else "No anarchon package serves it; a third-party backend adds its scheme "
+                "through the `anarchon` entry points"
+            )
             raise ConfigError(
-                f"no backend for URL scheme {scheme!r}{hint}. Installed: {installed}. "
-                f"Install its package (for example `pip install anarchon-{scheme}`)"
+                f"no backend for URL scheme {scheme!r}{hint}. Installed: {installed}. {install}"
             )
         return info
 
@@ -183,7 +206,7 @@ class PluginManager:
     def store_error(self, *, store: str, operation: str, error: BaseException) -> None:
         self._emit("anarchon_store_error", store=store, operation=operation, error=error)
 
-    def scheduler_started(self, *, scheduler: Scheduler) -> None:
+    def scheduler_started(self, *, scheduler: StartedScheduler) -> None:
         self._emit("anarchon_scheduler_started", scheduler=scheduler)
 
 

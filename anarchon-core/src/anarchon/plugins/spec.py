@@ -13,8 +13,8 @@ from ._markers import hookspec
 if TYPE_CHECKING:
     from .._claims import Claim, ClaimRequest
     from .._runs import RunStatus
-    from .._scheduler import Scheduler
     from ._registry import BackendRegistry
+    from ._started import StartedScheduler
 
 
 @hookspec
@@ -62,6 +62,7 @@ def anarchon_store_error(store: str, operation: str, error: BaseException) -> No
 
 
 @hookspec
-def anarchon_scheduler_started(scheduler: Scheduler) -> None:
+def anarchon_scheduler_started(scheduler: StartedScheduler) -> None:
     """A scheduler opened its store and starts dispatching; observers that serve something
-    (a metrics port) start it here. `scheduler.health()` is readable from now on."""
+    (a metrics port) start it here. `scheduler` is a read-only view (instance, redacted store
+    URL, job names); `scheduler.health()` is readable from now on."""

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from ._catch_up import LATE_RECORDS_MAX, CatchUp
-from ._jobs import JobSpec
-from ._schedule import Schedule
+from .catch_up import LATE_RECORDS_MAX, CatchUp
+from .cron import Schedule
+from .jobs import JobSpec
 
 __all__ = ["LATE_SCAN_MAX", "MIN_PREPARE_LEAD_MS", "Due", "Timetable"]
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import attrs
 
-from ._capabilities import Capabilities
-from ._catch_up import CatchUp, parse_catch_up
-from ._claims import MAX_ATTEMPTS, Overlap, parse_overlap
-from ._durations import MAX_LATE_MS, MAX_LEASE_MS, DurationLike, to_ms
-from ._errors import ConfigError, StoreUnavailable
-from ._names import check_name
-from ._run import Run
-from ._schedule import Schedule
-from .abc import ClaimStore, SupportsJobSetup
+from .._capabilities import Capabilities
+from .._claims import MAX_ATTEMPTS, Overlap, parse_overlap
+from .._durations import MAX_LATE_MS, MAX_LEASE_MS, DurationLike, to_ms
+from .._errors import ConfigError, StoreUnavailable
+from .._names import check_name
+from ..abc import ClaimStore, SupportsJobSetup
+from .catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
+from .cron import Schedule
+from .handle import Run
 
 log = logging.getLogger("anarchon.scheduler")
 
@@ -129,11 +129,17 @@ def call_job(spec: JobSpec, run: Run) -> Any:
 
 
 def fit_to_store(
-    spec: JobSpec, caps: Capabilities, *, store_name: str, clock_skew_ms: int
+    spec: JobSpec,
+    caps: Capabilities,
+    *,
+    store_name: str,
+    clock_skew_ms: int,
+    catch_up: CatchUp = DEFAULT_CATCH_UP,
 ) -> JobSpec:
     """Check a job against its store at start: overlap ``skip`` needs leases, and the memory
     rule (T3): the store must remember a run for ``max_late + clock_skew`` (plus the lease
-    horizon on lease stores). Returns the job with its overlap default resolved."""
+    horizon on lease stores). Returns the job with its overlap default resolved, and its
+    catch-up default (the scheduler's `catch_up`)."""
     where = f"job {spec.name!r}"
     if spec.overlap is Overlap.SKIP and not caps.overlap:
         raise ConfigError(
@@ -153,7 +159,9 @@ def fit_to_store(
                 f"remember at least {needed} ms"
             )
     if spec.overlap is None:
-        return attrs.evolve(spec, overlap=Overlap.SKIP if caps.overlap else Overlap.ALLOW)
+        spec = attrs.evolve(spec, overlap=Overlap.SKIP if caps.overlap else Overlap.ALLOW)
+    if spec.catch_up is None:
+        spec = attrs.evolve(spec, catch_up=catch_up)
     return spec
 
 

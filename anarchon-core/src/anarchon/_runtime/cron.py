@@ -19,143 +19,33 @@ otherwise a day must match both. ``L``, ``W`` and ``#`` are not supported.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
 
-from ._claims import MAX_SLOT_MS
-from ._errors import ConfigError
-from ._names import shown
+from .._claims import MAX_SLOT_MS
+from .._errors import ConfigError
+from .._names import shown
+from .cron_fields import (
+    ALIASES,
+    DAY,
+    EARLIEST_MS,
+    EPOCH_DAY,
+    FIELDS,
+    FORMAT,
+    LONGEST_EXPRESSION,
+    MAX_DAYS,
+    UTC_NAMES,
+    EndOfTime,
+    clock_text,
+    first_change,
+    parse_field,
+    zone_offset,
+)
 
 __all__ = ["ALIASES", "EARLIEST_MS", "Schedule", "SlotInfo"]
-
-ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-"""The cron aliases anarchon accepts, and the 5-field expression each stands for."""
-
-_DAY = 86_400
-_EPOCH = date(1970, 1, 1).toordinal()
-_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "GMT", "Etc/GMT"})
-_FORMAT = (
-    "5 fields 'minute hour day-of-month month day-of-week' like '30 2 * * *', "
-    "or 6 with seconds first like '0 30 2 * * *'"
-)
-_MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
-_WEEKDAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
-# name, lowest, highest, names for values, example
-_FIELDS = {
-    "second": (0, 59, {}, "'0', '*/10' or '0,30'"),
-    "minute": (0, 59, {}, "'0', '*/15' or '5-10'"),
-    "hour": (0, 23, {}, "'*', '2' or '9-17'"),
-    "day-of-month": (1, 31, {}, "'*', '1' or '1,15'"),
-    "month": (1, 12, {n: i + 1 for i, n in enumerate(_MONTHS)}, "'*', '1-6' or 'JAN,JUL'"),
-    "day-of-week": (0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}, "'*', '1-5' or 'MON-FRI'"),
-}
-_MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-# ASCII digits only: `str.isdigit()` and `int()` also take '⑤' or Arabic-Indic digits.
-_NUMBER = re.compile(r"[0-9]{1,9}")
-_LONGEST_EXPRESSION = 1000
-"""Characters a cron expression may have: far more than any real one, and it bounds the work."""
-EARLIEST_MS = -30_610_224_000_000
-"""`Schedule.next_slot` looks from 1000-01-01T00:00Z at the earliest (slots themselves are
-never before 1970: see `MAX_SLOT_MS` for the other end)."""
-
-
-class _EndOfTime(ConfigError):
-    """No slot is left before the end of year 9999 (`MAX_SLOT_MS`)."""
-
-
-def _parse_field(expression: str, name: str, text: str) -> tuple[int, ...]:
-    low, high, names, example = _FIELDS[name]
-
-    def fail(problem: str) -> ConfigError:
-        return ConfigError(
-            f"cron expression {expression!r}: the {name} field {text!r} {problem}; "
-            f"{name} values are {low}-{high}, for example {example}"
-        )
-
-    def number(word: str) -> int:
-        if _NUMBER.fullmatch(word):
-            value: int | None = int(word)
-        elif word.isascii() and word.isdigit():  # more than 9 digits
-            raise fail(f"has {shown(word)}, which is out of range")
-        else:
-            value = names.get(word.upper())
-        if value is None:
-            ascii_only = "" if word.isascii() else " (write numbers with the ASCII digits 0-9)"
-            raise fail(f"has {shown(word)}, which is not a number{ascii_only}")
-        if not low <= value <= high:
-            raise fail(f"has {value}, which is out of range")
-        return value
-
-    values: set[int] = set()
-    for term in text.split(","):
-        base, slash, step_text = term.partition("/")
-        step = 1
-        if slash:
-            if step_text.isascii() and step_text.isdigit() and not _NUMBER.fullmatch(step_text):
-                raise fail(f"has step {shown(step_text)}, which is out of range")
-            if not _NUMBER.fullmatch(step_text) or int(step_text) == 0:
-                raise fail(
-                    f"has step {shown(step_text)}; a step is a whole number (ASCII digits) "
-                    "of at least 1"
-                )
-            step = int(step_text)
-        if base in ("*", "?"):
-            first, last = low, high
-        elif "-" in base:
-            start, _, end = base.partition("-")
-            first, last = number(start), number(end)
-            if first > last:
-                raise fail(f"has the range {base!r}, which runs backwards")
-        else:
-            first = number(base)
-            last = high if slash else first
-        values.update(range(first, last + 1, step))
-    if name == "day-of-week" and 7 in values:
-        values = (values - {7}) | {0}
-    return tuple(sorted(values))
-
-
-def _offset(zone: ZoneInfo, instant: int) -> int:
-    """The zone's UTC offset in seconds at an instant (epoch seconds)."""
-    delta = datetime.fromtimestamp(instant, zone).utcoffset()
-    assert delta is not None
-    return delta.days * _DAY + delta.seconds
-
-
-def _first_change(zone: ZoneInfo, start: int, end: int, offset: int) -> int | None:
-    """The first instant in (start, end] whose offset differs from ``offset``, if any.
-
-    Probes once a day, then bisects: two transitions less than a day apart that cancel each
-    other out would be missed (zoneinfo does not expose its transition table).
-    """
-    probe = start
-    while probe < end:
-        low, probe = probe, min(probe + _DAY, end)
-        if _offset(zone, probe) != offset:
-            while probe - low > 1:
-                middle = (low + probe) // 2
-                if _offset(zone, middle) == offset:
-                    low = middle
-                else:
-                    probe = middle
-            return probe
-    return None
-
-
-def _clock(wall: datetime) -> str:
-    return f"{wall:%H:%M}" if wall.second == 0 else f"{wall:%H:%M:%S}"
 
 
 @attrs.frozen(kw_only=True)
@@ -184,33 +74,33 @@ class Schedule:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.expression, str) or not isinstance(self.tz, str):
             raise ConfigError("a schedule needs a cron expression and a time zone name as strings")
-        if len(self.expression) > _LONGEST_EXPRESSION:
+        if len(self.expression) > LONGEST_EXPRESSION:
             raise ConfigError(
                 f"cron expression {shown(self.expression)} is {len(self.expression)} characters "
-                f"long (at most {_LONGEST_EXPRESSION}); write {_FORMAT}"
+                f"long (at most {LONGEST_EXPRESSION}); write {FORMAT}"
             )
         text = ALIASES.get(self.expression.strip().lower(), self.expression)
         parts = text.split()
         if not parts:
-            raise ConfigError(f"the cron expression is empty; write {_FORMAT}")
+            raise ConfigError(f"the cron expression is empty; write {FORMAT}")
         if parts[0].startswith("@"):
             raise ConfigError(
                 f"cron expression {self.expression!r}: unknown alias {parts[0]!r}; "
-                f"use one of {', '.join(ALIASES)} or write {_FORMAT}"
+                f"use one of {', '.join(ALIASES)} or write {FORMAT}"
             )
         if len(parts) not in (5, 6):
             raise ConfigError(
-                f"cron expression {self.expression!r} has {len(parts)} fields; write {_FORMAT}"
+                f"cron expression {self.expression!r} has {len(parts)} fields; write {FORMAT}"
             )
         if len(parts) == 5:
             parts.insert(0, "0")
         fields = tuple(
-            _parse_field(self.expression, name, part)
-            for name, part in zip(_FIELDS, parts, strict=True)
+            parse_field(self.expression, name, part)
+            for name, part in zip(FIELDS, parts, strict=True)
         )
         # Vixie cron: a day field starting with '*' does not restrict; two restricted ones OR.
         dom_star, dow_star = parts[3][0] in "*?", parts[5][0] in "*?"
-        if dow_star and not any(d <= _MAX_DAYS[m - 1] for m in fields[4] for d in fields[3]):
+        if dow_star and not any(d <= MAX_DAYS[m - 1] for m in fields[4] for d in fields[3]):
             raise ConfigError(
                 f"cron expression {self.expression!r} never fires: no chosen month has day "
                 f"{parts[3]}; pick days that exist, for example '1' or '28'"
@@ -242,7 +132,7 @@ class Schedule:
 
     def describe(self) -> str:
         """The expression, the zone and how the schedule treats daylight saving changes."""
-        if self.follows_real_time or self.tz in _UTC_NAMES:
+        if self.follows_real_time or self.tz in UTC_NAMES:
             rule = (
                 "follows real time: fires in both passes of a repeated hour, not in a skipped one"
             )
@@ -278,32 +168,32 @@ class Schedule:
             raise self._end_of_time(after_ms)
         return slot
 
-    def _end_of_time(self, after_ms: int) -> _EndOfTime:
-        return _EndOfTime(
+    def _end_of_time(self, after_ms: int) -> EndOfTime:
+        return EndOfTime(
             f"schedule {self}: no slot after {after_ms} ms before the end of year 9999, the last "
             f"time anarchon schedules (slot {MAX_SLOT_MS}); give an earlier time"
         )
 
     def _next_slot(self, after_ms: int) -> int:
         start = after_ms // 1000 + 1  # slots are whole seconds
-        if self.tz in _UTC_NAMES:
+        if self.tz in UTC_NAMES:
             return self._next_wall(start) * 1000
         zone = self._zone
         if self.follows_real_time:
             while True:
-                offset = _offset(zone, start)
+                offset = zone_offset(zone, start)
                 slot = self._next_wall(start + offset) - offset
-                change = _first_change(zone, start, slot, offset)
+                change = first_change(zone, start, slot, offset)
                 if change is None:
                     return slot * 1000
                 start = change
-        offset = _offset(zone, start - 1)
+        offset = zone_offset(zone, start - 1)
         wall = start + offset
         if datetime.fromtimestamp(start - 1, zone).fold:
             # In the second pass of a repeated hour its wall times fired in the first pass:
             # go on from the wall time the clock showed when it was turned back.
-            earlier = _offset(zone, start - 1 - _DAY)
-            turned = _first_change(zone, start - 1 - _DAY, start - 1, earlier)
+            earlier = zone_offset(zone, start - 1 - DAY)
+            turned = first_change(zone, start - 1 - DAY, start - 1, earlier)
             assert turned is not None
             wall = turned + earlier
         while True:
@@ -320,7 +210,7 @@ class Schedule:
         while True:
             try:
                 slot = self.next_slot(slot)
-            except _EndOfTime:
+            except EndOfTime:
                 return
             if slot > end_ms:
                 return
@@ -341,7 +231,7 @@ class Schedule:
         for _ in range(n):
             try:
                 slot = self.next_slot(previous)
-            except _EndOfTime:
+            except EndOfTime:
                 break
             local = datetime.fromtimestamp(slot // 1000, self._zone)
             infos.append(
@@ -359,17 +249,17 @@ class Schedule:
 
     def _first_instant(self, wall: int) -> int:
         """The first instant whose wall time is ``wall``, or the end of the gap it falls in."""
-        days, seconds = divmod(wall, _DAY)
+        days, seconds = divmod(wall, DAY)
         hour, rest = divmod(seconds, 3600)
-        d = date.fromordinal(days + _EPOCH)
+        d = date.fromordinal(days + EPOCH_DAY)
         local = datetime(d.year, d.month, d.day, hour, rest // 60, rest % 60, tzinfo=self._zone)
         offsets = [local.utcoffset(), local.replace(fold=1).utcoffset()]
-        first, second = (o.days * _DAY + o.seconds for o in offsets if o is not None)
-        if _offset(self._zone, wall - first) == first:
+        first, second = (o.days * DAY + o.seconds for o in offsets if o is not None)
+        if zone_offset(self._zone, wall - first) == first:
             return wall - first
         before = wall - max(first, second)  # an instant just before the gap
-        change = _first_change(
-            self._zone, before, wall - min(first, second), _offset(self._zone, before)
+        change = first_change(
+            self._zone, before, wall - min(first, second), zone_offset(self._zone, before)
         )
         assert change is not None
         return change
@@ -383,10 +273,10 @@ class Schedule:
     def _next_wall(self, wall: int) -> int:
         """The first matching wall time at or after ``wall`` (seconds, as if the zone were UTC)."""
         seconds, minutes, hours, _, months, _ = self._fields
-        days, rest = divmod(wall, _DAY)
+        days, rest = divmod(wall, DAY)
         hour, rest = divmod(rest, 3600)
         minute, second = divmod(rest, 60)
-        d = date.fromordinal(days + _EPOCH)
+        d = date.fromordinal(days + EPOCH_DAY)
         last_year = d.year + 400  # every (month, day, weekday) recurs in the 400-year cycle
         while d.year <= last_year:
             if d.month not in months:
@@ -395,7 +285,7 @@ class Schedule:
                 hour = minute = second = 0
                 continue
             if self._day_matches(d):
-                midnight = (d.toordinal() - _EPOCH) * _DAY
+                midnight = (d.toordinal() - EPOCH_DAY) * DAY
                 h = bisect.bisect_left(hours, hour)
                 if h < len(hours) and hours[h] == hour:
                     m = bisect.bisect_left(minutes, minute)
@@ -418,16 +308,16 @@ class Schedule:
         zone, slot = self._zone, int(local.timestamp())
         if local.utcoffset() != local.replace(fold=1 - local.fold).utcoffset():
             if local.fold:
-                return f"second {_clock(local)} (fold): the hour field follows real time"
+                return f"second {clock_text(local)} (fold): the hour field follows real time"
             if self.follows_real_time:
-                return f"first of two {_clock(local)} (fold)"
-            return f"first of two {_clock(local)} (fold); the repeat does not fire"
+                return f"first of two {clock_text(local)} (fold)"
+            return f"first of two {clock_text(local)} (fold); the repeat does not fire"
         # A fixed-hour slot stands in for skipped times only at the end of a gap; a real-time
         # slot reports the last gap since the previous slot.
         low = previous if self.follows_real_time else slot - 1
-        offset, skipped = _offset(zone, low), list[int]()
-        while (change := _first_change(zone, low, slot, offset)) is not None:
-            low, before, offset = change, offset, _offset(zone, change)
+        offset, skipped = zone_offset(zone, low), list[int]()
+        while (change := first_change(zone, low, slot, offset)) is not None:
+            low, before, offset = change, offset, zone_offset(zone, change)
             gap, wall = [], self._next_wall(change + before)
             while wall < change + offset:  # empty unless the clock jumped forward
                 gap.append(wall)
@@ -437,10 +327,10 @@ class Schedule:
             return ""
 
         def clock(wall: int) -> str:
-            return _clock(datetime.fromtimestamp(wall, timezone.utc))
+            return clock_text(datetime.fromtimestamp(wall, timezone.utc))
 
         what = clock(skipped[0]) + (f" to {clock(skipped[-1])}" if len(skipped) > 1 else "")
         verb = "does not exist" if len(skipped) == 1 else "do not exist"
         if self.follows_real_time:
             return f"{what} {verb} (gap); skipped, the hour field follows real time"
-        return f"{what} {verb}; fired at {_clock(local)} after the gap"
+        return f"{what} {verb}; fired at {clock_text(local)} after the gap"

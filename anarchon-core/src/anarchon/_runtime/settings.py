@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,21 +13,26 @@ from typing import Any
 
 import attrs
 
-from ._catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
-from ._durations import to_ms
-from ._errors import ConfigError
-from ._names import check_instance, check_name
-from ._urls import shown_url
+from .._durations import to_ms
+from .._errors import ConfigError
+from .._names import check_instance, check_name, printable_host
+from .._urls import shown_url
+from .catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["DEFAULT_STORE", "Settings", "load_settings"]
+__all__ = ["DEFAULT_STORE", "Settings", "default_instance_id", "load_settings"]
 
 DEFAULT_STORE = "sqlite:///anarchon.db"
 ENV_PREFIX = "ANARCHON_"
+
+
+def default_instance_id() -> str:
+    """``host:pid:xxxx``: readable in history, unique per process start."""
+    return f"{printable_host(socket.gethostname())}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 @attrs.frozen(kw_only=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from ._claims import Outcome
+from .._claims import Outcome
 
 __all__ = ["Health", "HealthServer", "LastClaim", "RunningJob"]
 

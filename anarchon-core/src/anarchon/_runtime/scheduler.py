@@ -1,58 +1,46 @@
-"""`Scheduler`: every instance schedules every job; the store decides who runs each slot."""
+"""`Scheduler`: every instance schedules every job; the store decides who runs each slot.
+
+A little over 400 lines: it is the public face, and its docstrings (every setting of `job()`,
+each step of the lifecycle) are much of it. The work is elsewhere: `dispatcher` (claims and
+runs), `opening` (the store at start), `snapshot` (health)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-import attrs
 from typing_extensions import Self
 
-from ._catch_up import CatchUp
-from ._claiming import Claimer, StoreHealth
-from ._claims import Claim, Overlap
-from ._clock import LocalClock, StoreClock, SystemClock
-from ._config import Settings, load_settings
-from ._connect import create_store
-from ._dispatcher import Dispatcher
-from ._durations import DurationLike
-from ._errors import ConfigError, StoreUnavailable
-from ._health import Health, HealthServer, LastClaim, RunningJob
-from ._jobs import JobSpec, fit_to_store, make_job, set_up_jobs
-from ._names import printable_host
-from ._runner import Execution
-from ._urls import redact
-from .abc import ClaimStore
-from .plugins import PluginManager, plugin_manager
+from .._claims import Claim, Overlap
+from .._connect import create_store
+from .._durations import DurationLike
+from .._errors import ConfigError, StoreUnavailable
+from .._urls import redact
+from ..abc import ClaimStore
+from ..plugins import PluginManager, StartedScheduler, plugin_manager
+from .catch_up import CatchUp
+from .clock import LocalClock, StoreClock, SystemClock
+from .context import RuntimeContext
+from .dispatcher import Dispatcher
+from .execution import Execution
+from .health import Health, HealthServer
+from .jobs import JobSpec, fit_to_store, make_job, set_up_jobs
+from .opening import open_store, open_when_it_answers
+from .settings import Settings, default_instance_id, load_settings
+from .snapshot import health_snapshot
+from .store_health import StoreHealth
 
-__all__ = ["Scheduler", "default_instance_id"]
+__all__ = ["Scheduler"]
 
 log = logging.getLogger("anarchon.scheduler")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-STOP_CLAIMS_WAIT_S = 2.0
-"""At shutdown, how long claims already sent get to be answered (a run won meanwhile is
-released at once)."""
-FENCED_EXIT_WAIT_S = 5.0
-"""At shutdown, after the grace period, how long runs fenced by the shutdown get to end (a sync
-job must notice `run.fenced` / `ensure_held()` within it) before `stop()` goes on."""
-MAX_CONNECT_DELAY_S = 5.0
-"""A degraded scheduler retries opening its store at least this often."""
-
-
-def default_instance_id() -> str:
-    """``host:pid:xxxx``: readable in history, unique per process start."""
-    return f"{printable_host(socket.gethostname())}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 class Scheduler:
@@ -119,23 +107,18 @@ class Scheduler:
         self.events: PluginManager = plugin_manager()
         self.store_health = StoreHealth(self.store_name, self.events)
         self.store_clock = StoreClock(self.clock, self.store.now_ms)
-        self.claimer = Claimer(
+        self.context = RuntimeContext(
+            store=self.store,
+            clock=self.store_clock,
             health=self.store_health,
             events=self.events,
-            now_ms=self.store_clock.now_ms,
-            timeout_s=settings.claim_timeout_ms / 1000,
+            instance=self.instance,
         )
         self.dispatcher = Dispatcher(
-            store=self.store,
-            instance=self.instance,
-            store_clock=self.store_clock,
-            claimer=self.claimer,
-            store_health=self.store_health,
-            events=self.events,
+            self.context,
             clock_skew_ms=settings.clock_skew_ms,
             claim_timeout_s=settings.claim_timeout_ms / 1000,
         )
-        self._dispatcher: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._stop_requested = False
         self._started = False
@@ -226,15 +209,13 @@ class Scheduler:
     def _check_job(self, spec: JobSpec) -> JobSpec:
         """T3 and the overlap rule, against the store's capabilities (at start); the catch-up
         default resolved from the settings."""
-        fitted = fit_to_store(
+        return fit_to_store(
             spec,
             self.store.capabilities,
             store_name=self.store_name,
             clock_skew_ms=self.settings.clock_skew_ms,
+            catch_up=self.settings.catch_up,
         )
-        if fitted.catch_up is None:
-            fitted = attrs.evolve(fitted, catch_up=self.settings.catch_up)
-        return fitted
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -255,9 +236,13 @@ class Scheduler:
         self._stop = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
-        self.claimer.stopping = asyncio.Event()
         try:
-            await self._open_store(first_only=not self.settings.fail_fast)
+            await open_store(
+                self.store,
+                self.store_name,
+                start_timeout_ms=self.settings.start_timeout_ms,
+                first_only=not self.settings.fail_fast,
+            )
         except StoreUnavailable as exc:
             if self.settings.fail_fast:
                 raise
@@ -288,42 +273,19 @@ class Scheduler:
 
     async def _connect_later(self, since_ms: int) -> None:
         """Degraded start: open the store with backoff until it answers, then begin."""
-        delay = 0.2
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay)
-                return
-            except asyncio.TimeoutError:
-                pass
-            delay = min(delay * 2, MAX_CONNECT_DELAY_S)
-            try:
-                await asyncio.wait_for(self.store.open(), self.settings.claim_timeout_ms / 1000)
-            except (StoreUnavailable, asyncio.TimeoutError, TimeoutError, ConnectionError) as exc:
-                self.store_health.failed("open", exc)
-                continue
-            except ConfigError as exc:
-                self.store_health.last_error = redact(str(exc))
-                log.error(
-                    "scheduler %s cannot use store %s: %s; it stays not ready (fix the setting "
-                    "and restart)",
-                    self.instance,
-                    self.store_name,
-                    self.store_health.last_error,
-                    extra={"instance": self.instance, "store": self.store_name},
-                )
-                return
-            self.store_health.ok()
-            try:
-                await self._begin(since_ms)
-            except ConfigError as exc:
-                self.store_health.last_error = redact(str(exc))
-                log.error(
-                    "scheduler %s: %s; it stays not ready",
-                    self.instance,
-                    self.store_health.last_error,
-                    extra={"instance": self.instance},
-                )
+        timeout_s = self.settings.claim_timeout_ms / 1000
+        if not await open_when_it_answers(self.context, self._stop, timeout_s=timeout_s):
             return
+        try:
+            await self._begin(since_ms)
+        except ConfigError as exc:
+            self.store_health.last_error = redact(str(exc))
+            log.error(
+                "scheduler %s: %s; it stays not ready",
+                self.instance,
+                self.store_health.last_error,
+                extra={"instance": self.instance},
+            )
 
     async def _begin(self, since_ms: int) -> None:
         """With the store open: set the jobs up, measure the store's clock, start dispatching
@@ -340,10 +302,7 @@ class Scheduler:
             raise
         self._store_open = True
         await self.store_clock.measure()
-        self._dispatcher = asyncio.create_task(
-            self.dispatcher.run(self.jobs, self._stop, since_ms=since_ms),
-            name="anarchon-dispatcher",
-        )
+        self.dispatcher.start(self.jobs, self._stop, since_ms=since_ms)
         log.info(
             "scheduler %s started with %d job(s) on %s (store clock offset %+d ms)",
             self.instance,
@@ -352,27 +311,14 @@ class Scheduler:
             self.store_clock.offset_ms,
             extra={"instance": self.instance, "store": self.store_name},
         )
-        self.events.scheduler_started(scheduler=self)
-
-    async def _open_store(self, *, first_only: bool = False) -> None:
-        """Open the store, retrying up to ``start_timeout``; with `first_only`, one bounded try."""
-        deadline = time.monotonic() + self.settings.start_timeout_ms / 1000
-        delay = 0.1
-        while True:
-            try:
-                await asyncio.wait_for(self.store.open(), self.settings.start_timeout_ms / 1000)
-                return
-            except (StoreUnavailable, asyncio.TimeoutError, TimeoutError) as exc:
-                if first_only:
-                    raise StoreUnavailable(str(exc) or "timed out") from None
-                if time.monotonic() + delay > deadline:
-                    raise StoreUnavailable(
-                        f"store {self.store_name} did not answer within "
-                        f"{self.settings.start_timeout_ms} ms: {exc}. Check that it runs and the URL "
-                        "is right, or raise start_timeout"
-                    ) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        self.events.scheduler_started(
+            scheduler=StartedScheduler(
+                instance=self.instance,
+                store=self.store_name,
+                jobs=tuple(self.jobs),
+                read_health=self.health,
+            )
+        )
 
     async def stop(self) -> None:
         """Stop claiming; let running jobs finish within the grace period; release the leases of
@@ -382,43 +328,11 @@ class Scheduler:
         self._started = False
         self._stop_requested = False
         self._stop.set()
-        self.claimer.stopping.set()
         if self._connecting is not None:
             self._connecting.cancel()
             await asyncio.gather(self._connecting, return_exceptions=True)
             self._connecting = None
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
-        # Claims already sent are let finish (bounded): one the store answered won is released,
-        # not left holding its lease with nobody running it.
-        claiming = self.dispatcher.claiming()
-        if claiming:
-            await asyncio.wait(claiming, timeout=STOP_CLAIMS_WAIT_S)
-        pending = [e.done.wait() for e in self.executions]
-        if pending:
-            log.info(
-                "waiting up to %d ms for %d running job(s)", self.settings.grace_ms, len(pending)
-            )
-            await asyncio.wait(
-                [asyncio.ensure_future(p) for p in pending], timeout=self.settings.grace_ms / 1000
-            )
-            leftover = [e for e in self.executions if not e.done.is_set()]
-            for execution in leftover:
-                await execution.abandon()
-            if leftover:
-                # Fenced now: async jobs are cancelled; a sync job sees run.fenced at its next
-                # check and gets this long to return through its except/finally, before the
-                # process may exit under its thread.
-                await asyncio.wait(
-                    [asyncio.ensure_future(e.done.wait()) for e in leftover],
-                    timeout=FENCED_EXIT_WAIT_S,
-                )
-        tasks = list(self.dispatcher.tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._dispatcher is not None:
-            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        await self.dispatcher.stop(self.settings.grace_ms)
         if self._owns_store:
             await self.store.close()
         if self._health_server is not None:
@@ -426,7 +340,6 @@ class Scheduler:
             self._health_server = None
         self._started_at = None
         self._store_open = False
-        self._dispatcher = None
         log.info("scheduler %s stopped", self.instance, extra={"instance": self.instance})
 
     async def serve(self) -> None:
@@ -485,49 +398,15 @@ class Scheduler:
     # -- health ---------------------------------------------------------------------------------
     def health(self) -> Health:
         """A snapshot: store reachability, clock offset, running jobs, the last claim per job."""
-        store = self.store_health
-        now_wall, now_mono = time.time(), time.monotonic()
-
-        def wall_ms(mono: float | None) -> int | None:
-            return None if mono is None else int((now_wall - (now_mono - mono)) * 1000)
-
-        return Health(
+        return health_snapshot(
             instance=self.instance,
-            store=self.store_name,
             started=self._started,
             started_at=self._started_at,
             store_open=self._store_open,
-            store_reachable=store.down_since is None,
-            damaged_jobs=dict(store.damaged),
-            store_down_since=wall_ms(store.down_since),
-            last_error=store.last_error,
-            clock_offset_ms=self.store_clock.offset_ms,
-            clock_round_trip_ms=self.store_clock.round_trip_ms,
-            running=tuple(
-                sorted(
-                    (
-                        RunningJob(
-                            job=e.run.job,
-                            slot=e.run.slot,
-                            attempt=e.run.attempt,
-                            started_at=e.started_at,
-                            fenced=e.run.fenced,
-                        )
-                        for e in self.executions
-                    ),
-                    key=lambda r: (r.job, r.slot),
-                )
-            ),
-            last_claims={
-                job: LastClaim(
-                    slot=slot,
-                    outcome=claim.outcome,
-                    attempt=claim.attempt,
-                    holder=claim.holder,
-                    lease_until=claim.lease_until,
-                )
-                for job, (slot, claim) in sorted(self.last_claims.items())
-            },
+            store_health=self.store_health,
+            store_clock=self.store_clock,
+            executions=self.executions,
+            last_claims=self.last_claims,
         )
 
     async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:

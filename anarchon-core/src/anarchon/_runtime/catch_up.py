@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 __all__ = [
     "DEFAULT_CATCH_UP",

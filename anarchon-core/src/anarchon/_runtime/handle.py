@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from ._claims import fencing_token
-from ._errors import Fenced
+from .._claims import fencing_token
+from .._errors import Fenced
 
 __all__ = ["Run"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -10,12 +11,12 @@ import traceback
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from ._claiming import TRANSPORT_ERRORS, StoreHealth
-from ._jobs import JobSpec
-from ._run import Run
-from ._runs import RunStatus
-from .abc import ClaimStore, LeaseStore
-from .plugins import PluginManager
+from .._claims import Claim, ClaimRequest
+from .._runs import RunStatus
+from .claimer import TRANSPORT_ERRORS
+from .context import RuntimeContext
+from .handle import Run
+from .jobs import JobSpec, call_job
 
 __all__ = ["Execution", "fence_margin_s"]
 
@@ -99,27 +100,31 @@ class Execution:
 
     def __init__(
         self,
+        context: RuntimeContext,
         *,
         spec: JobSpec,
-        body: Callable[[Run], Any],
-        store: ClaimStore,
-        attempt: int,
-        slot: int,
-        token: str,
+        request: ClaimRequest,
+        claim: Claim,
         sent_at: float,
-        instance: str,
-        health: StoreHealth,
-        events: PluginManager,
     ) -> None:
+        """`claim` won `request` (sent at `sent_at`, monotonic seconds): the lease counts from
+        then (F1)."""
         self.spec = spec
-        self.body = body
-        self.store = store if isinstance(store, LeaseStore) else None
-        self.instance = instance
-        self.health = health
-        self.events = events
+        self.request = request
+        self.claim = claim
+        self.store = context.lease_store
+        self.instance = context.instance
+        self.health = context.health
+        self.events = context.events
         self.margin = fence_margin_s(spec.lease_ms)
         deadline = sent_at + spec.lease_ms / 1000 - self.margin if self.store else None
-        self.run = Run(job=spec.name, slot=slot, attempt=attempt, token=token, deadline=deadline)
+        self.run = Run(
+            job=request.job,
+            slot=request.slot,
+            attempt=claim.attempt,
+            token=request.token,
+            deadline=deadline,
+        )
         self._job: asyncio.Future[Any] | None = None
         self._abandoned = False
         self.started_at = time.time_ns() // 1_000_000
@@ -140,9 +145,9 @@ class Execution:
             extra=self._fields(),
         )
         if spec.is_async:
-            self._job = asyncio.ensure_future(_guarded(self.body(run), run))
+            self._job = asyncio.ensure_future(_guarded(call_job(spec, run), run))
         else:
-            self._job = _run_in_thread(spec.name, self.body, run)
+            self._job = _run_in_thread(spec.name, functools.partial(call_job, spec), run)
         heartbeat = asyncio.create_task(self._heartbeat()) if self.store else None
         status, error = RunStatus.SUCCEEDED, None
         try:

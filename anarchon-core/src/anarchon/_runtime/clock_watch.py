@@ -17,8 +17,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection
 
-from ._clock import LocalClock
-from ._runner import Execution
+from .clock import LocalClock
+from .execution import Execution
 
 __all__ = ["STEP_TOLERANCE_MS", "ClockWatch"]
 

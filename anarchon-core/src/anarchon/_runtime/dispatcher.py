@@ -13,21 +13,20 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
-from ._catch_up import LATE_RECORDS_MAX, CatchUp, late_skip, missed_skip
-from ._claiming import TRANSPORT_ERRORS, UNANSWERED, Claimer, StoreHealth
-from ._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
-from ._clock import StoreClock
-from ._clock_watch import ClockWatch
-from ._jobs import JobSpec, call_job
-from ._runner import Execution
-from ._timetable import Timetable
-from .abc import ClaimStore, LeaseStore, SupportsClaimMany, SupportsPrepare
-from .plugins import PluginManager
+from .._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
+from ..abc import SupportsClaimMany, SupportsPrepare
+from .catch_up import LATE_RECORDS_MAX, CatchUp, late_skip, missed_skip
+from .claimer import TRANSPORT_ERRORS, UNANSWERED, Claimer
+from .context import RuntimeContext
+from .execution import Execution
+from .jobs import JobSpec
+from .running import Running
+from .timetable import Timetable
 
-__all__ = ["CATCH_UP_POLL_MS", "CLOCK_REFRESH_S", "MAX_SLEEP_S", "Dispatcher"]
+__all__ = ["CATCH_UP_POLL_MS", "CLOCK_REFRESH_S", "MAX_SLEEP_S", "STOP_CLAIMS_WAIT_S", "Dispatcher"]
 
 log = logging.getLogger("anarchon.scheduler")
 
@@ -37,35 +36,30 @@ CLOCK_REFRESH_S = 60.0
 CATCH_UP_POLL_MS = 200
 """With catch_up ``all``, an instance waiting for another's catch-up run to end checks at least
 this often (a plain read, L10), so the job's next missed slot follows soon after."""
+STOP_CLAIMS_WAIT_S = 2.0
+"""At shutdown, how long claims already sent get to be answered (a run won meanwhile is
+released at once)."""
 
 
 class Dispatcher:
-    """Everything a started scheduler does in the background, with the state `health()` and
-    `stop()` read: the executions running here, the last claim per job, the background tasks."""
+    """Everything a started scheduler does in the background, from `start()` to `stop()`, with
+    the state `health()` reads: the runs executing here, the last claim per job."""
 
     def __init__(
-        self,
-        *,
-        store: ClaimStore,
-        instance: str,
-        store_clock: StoreClock,
-        claimer: Claimer,
-        store_health: StoreHealth,
-        events: PluginManager,
-        clock_skew_ms: int,
-        claim_timeout_s: float,
+        self, context: RuntimeContext, *, clock_skew_ms: int, claim_timeout_s: float
     ) -> None:
-        self.store = store
-        self.instance = instance
-        self.store_clock = store_clock
-        self.claimer = claimer
-        self.store_health = store_health
-        self.events = events
+        self.context = context
+        self.store = context.store
+        self.store_clock = context.clock
         self.clock_skew_ms = clock_skew_ms
         self.claim_timeout_s = claim_timeout_s
-        self.executions: set[Execution] = set()
+        self.claimer = Claimer(context, timeout_s=claim_timeout_s)
+        self.running = Running(context, self.spawn)
         self.last_claims: dict[str, tuple[int, Claim]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        """The background tasks: slots, lanes, backups, preparations, clock readings."""
+        self.task: asyncio.Task[None] | None = None
+        """The timer loop, between `start()` and `stop()`."""
         self._stop = asyncio.Event()
         # Per job with a backlog: its slots waiting, ("due" | "late", slot), in slot order.
         self._lanes: dict[str, collections.deque[tuple[str, int]]] = {}
@@ -73,14 +67,51 @@ class Dispatcher:
         # Per job, slots that turned late while the store did not answer: recorded skipped
         # (late) once it answers again, so an outage leaves no hole in the ledger.
         self._unrecorded: dict[str, list[int]] = {}
-        self._watch: asyncio.Task[None] | None = None
         # Per job, set once the batch claim of its last on-time slot is decided.
         self._deciding: dict[str, asyncio.Event] = {}
 
-    def spawn(self, coro: Any, name: str) -> None:
+    @property
+    def executions(self) -> set[Execution]:
+        """The runs this instance is executing now."""
+        return self.running.executions
+
+    def start(
+        self, jobs: Mapping[str, JobSpec], stop: asyncio.Event, *, since_ms: int | None = None
+    ) -> None:
+        """Begin dispatching `jobs` until `stop` is set (or `stop()` is called). `since_ms`:
+        when the instance came up, for the slots it must decide at start (T6)."""
+        self._stop = stop
+        self.claimer.start()
+        self.task = asyncio.create_task(
+            self.run(jobs, stop, since_ms=since_ms), name="anarchon-dispatcher"
+        )
+
+    async def stop(self, grace_ms: int) -> None:
+        """Stop claiming; let the claims already sent be answered (bounded: a run won meanwhile
+        is released, not left holding its lease with nobody running it); let running jobs
+        finish within `grace_ms`, then release their leases (L9); end every background task."""
+        self._stop.set()
+        self.claimer.stop()
+        if self.task is not None:
+            self.task.cancel()
+        claiming = self._claiming()
+        if claiming:
+            await asyncio.wait(claiming, timeout=STOP_CLAIMS_WAIT_S)
+        await self.running.stop(grace_ms)
+        tasks = [*self.tasks, *self.running.tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.task is not None:
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Start a background task whose failure is reported and which `stop()` cancels."""
         task = asyncio.create_task(coro, name=name)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         """Background tasks never fail silently: store errors count as an outage, anything else
@@ -91,7 +122,7 @@ class Dispatcher:
         exc = task.exception()
         assert exc is not None
         if isinstance(exc, TRANSPORT_ERRORS):
-            self.store_health.failed(task.get_name(), exc)
+            self.context.health.failed(task.get_name(), exc)
         else:
             log.error("%s failed", task.get_name(), exc_info=exc, extra={"task": task.get_name()})
 
@@ -210,7 +241,7 @@ class Dispatcher:
         self._note(spec.name, slot, claim)
         if claim.won:
             return await self._execute(spec, request, claim, sent_at)
-        if claim.outcome is Outcome.RUNNING and isinstance(self.store, LeaseStore):
+        if claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
             if wait:
                 return await self._backup(spec, slot, poll_ms=CATCH_UP_POLL_MS)
             self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
@@ -256,7 +287,7 @@ class Dispatcher:
             job=spec.name,
             slot=slot,
             token=new_token(),
-            instance=self.instance,
+            instance=self.context.instance,
             lease_ms=spec.lease_ms,
             max_late_ms=spec.max_late_ms,
             overlap=spec.overlap or Overlap.ALLOW,
@@ -290,7 +321,7 @@ class Dispatcher:
             self._note(spec.name, slot, claim)
             if claim.won:
                 await self._execute(spec, request, claim, sent_at)
-            elif claim.outcome is Outcome.RUNNING and isinstance(store, LeaseStore):
+            elif claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
                 self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
 
     async def _execute(
@@ -299,85 +330,22 @@ class Dispatcher:
         """Start the run this instance won; while stopping, release it instead (L9), so that a
         claim answered during shutdown neither runs nor holds its lease until it runs out."""
         if self._stop.is_set():
-            await self._release_unstarted(request)
+            await self.running.release_unstarted(request)
             return None
-        execution = Execution(
-            spec=spec,
-            body=lambda run: call_job(spec, run),
-            store=self.store,
-            attempt=claim.attempt,
-            slot=request.slot,
-            token=request.token,
-            sent_at=sent_at,
-            instance=self.instance,
-            health=self.store_health,
-            events=self.events,
-        )
-        self.executions.add(execution)
-        self._watch_clock()
-        task = asyncio.create_task(execution(), name=f"anarchon-run-{spec.name}-{request.slot}")
-        self.tasks.add(task)
+        return self.running.start(spec, request, claim, sent_at)
 
-        def finished(t: asyncio.Task[Any]) -> None:
-            self.tasks.discard(t)
-            self.executions.discard(execution)
-
-        task.add_done_callback(finished)
-        return execution
-
-    async def _release_unstarted(self, request: ClaimRequest) -> None:
-        store = self.store
-        if not isinstance(store, LeaseStore):
-            return
-        try:
-            await asyncio.wait_for(store.release(request.job, request.slot, request.token), 5)
-        except (*TRANSPORT_ERRORS, asyncio.TimeoutError) as exc:
-            log.warning(
-                "run %s@%s won while stopping could not be released (%s); a backup takes it "
-                "over when the lease runs out",
-                request.job,
-                request.slot,
-                exc,
-                extra={"job": request.job, "slot": request.slot},
-            )
-            return
-        log.info(
-            "run %s@%s won while stopping: released for a backup",
-            request.job,
-            request.slot,
-            extra={"job": request.job, "slot": request.slot},
-        )
-
-    def claiming(self) -> list[asyncio.Task[Any]]:
+    def _claiming(self) -> list[asyncio.Task[Any]]:
         """The tasks sending claims now (slots, lanes, backups), for `stop()` to let finish."""
         kinds = ("anarchon-slot-", "anarchon-lane-", "anarchon-backup-")
         return [t for t in self.tasks if t.get_name().startswith(kinds)]
-
-    def _watch_clock(self) -> None:
-        """While runs execute on a lease store with a clock, watch that clock for steps (F1)."""
-        store = self.store
-        if not (isinstance(store, LeaseStore) and store.capabilities.store_clock):
-            return
-        if self._watch is not None and not self._watch.done():
-            return
-        watch = ClockWatch(
-            store.now_ms, self.executions, self.store_clock.local, on_step=self._clock_stepped
-        )
-        self._watch = asyncio.create_task(watch.run(), name="anarchon-clock-watch")
-        self.tasks.add(self._watch)
-        self._watch.add_done_callback(self._task_done)
-
-    def _clock_stepped(self, step_ms: int) -> None:
-        """Fire slots by the store's new time too (T2)."""
-        self.spawn(self.store_clock.measure(), "anarchon-clock")
 
     async def _backup(
         self, spec: JobSpec, slot: int, *, poll_ms: int | None = None
     ) -> Execution | None:
         """L10: check every heartbeat (or `poll_ms`, if sooner) until the run is done or this
         instance wins a takeover; returns the takeover's execution."""
-        store = self.store
-        assert isinstance(store, LeaseStore)
+        store = self.context.lease_store
+        assert store is not None
         request = self._request(spec, slot)
         every_ms = spec.heartbeat_ms if poll_ms is None else min(poll_ms, spec.heartbeat_ms)
         while not self._stop.is_set():

@@ -10,19 +10,21 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from ._claiming import Claimer, StoreHealth
-from ._claims import ClaimRequest, Overlap
-from ._clock import SystemClock
-from ._connect import create_store
-from ._durations import DurationLike, to_ms
-from ._errors import ConfigError
-from ._jobs import DEFAULT_LEASE_MS, JobSpec
-from ._names import check_name
-from ._run import Run
-from ._runner import Execution
-from ._scheduler import default_instance_id
-from .abc import ClaimStore
-from .plugins import plugin_manager
+from .._claims import ClaimRequest, Overlap
+from .._connect import create_store
+from .._durations import DurationLike, to_ms
+from .._errors import ConfigError
+from .._names import check_name
+from ..abc import ClaimStore
+from ..plugins import plugin_manager
+from .claimer import Claimer
+from .clock import StoreClock, SystemClock
+from .context import RuntimeContext
+from .execution import Execution
+from .handle import Run
+from .jobs import DEFAULT_LEASE_MS, JobSpec
+from .settings import default_instance_id
+from .store_health import StoreHealth
 
 __all__ = ["once"]
 
@@ -74,8 +76,15 @@ class _Once:
             await store.open()
         try:
             events = plugin_manager()
-            health = StoreHealth(str(getattr(store, "url", type(store).__name__)), events)
-            claimer = Claimer(health=health, events=events, now_ms=SystemClock().wall_ms)
+            context = RuntimeContext(
+                store=store,
+                # Never measured: the instance's own clock (offset 0) picks the slot.
+                clock=StoreClock(SystemClock(), store.now_ms),
+                health=StoreHealth(str(getattr(store, "url", type(store).__name__)), events),
+                events=events,
+                instance=self.instance,
+            )
+            claimer = Claimer(context)
             request = ClaimRequest(
                 job=self.job,
                 slot=self._slot(),
@@ -111,18 +120,7 @@ class _Once:
                 overlap=Overlap.ALLOW,
                 attempts=self.attempts,
             )
-            execution = Execution(
-                spec=spec,
-                body=wait_for_body,
-                store=store,
-                attempt=claim.attempt,
-                slot=request.slot,
-                token=request.token,
-                sent_at=sent_at,
-                instance=self.instance,
-                health=health,
-                events=events,
-            )
+            execution = Execution(context, spec=spec, request=request, claim=claim, sent_at=sent_at)
             task = asyncio.create_task(execution())
             try:
                 yield execution.run
