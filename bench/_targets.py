@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -302,11 +303,10 @@ class RedisTarget(Target):
         if missing:
             return missing
         if self.strategy == "idmp":
-            from anarchon_redis import testing
-
-            url = testing.private_server_url("redis86")
+            servers = redis_servers()
+            url = servers.private_server_url("redis86")
             if url is None:
-                return testing.missing_server_reason("redis86")
+                return str(servers.missing_server_reason("redis86"))
             self.server = url
         return _answers(self.server, 6379)
 
@@ -334,6 +334,15 @@ class RedisTarget(Target):
             for prefix in self.prefixes:
                 await testing.delete_prefix(self.store.client, prefix)
         await super().teardown()
+
+
+def redis_servers() -> Any:
+    """The private Redis servers' launcher of anarchon-redis's tests (``redis_servers.py`` in
+    its test tree: test support, not in the wheel), for the idmp target's Redis 8.6."""
+    tests = str(Path(__file__).resolve().parents[1] / "anarchon-redis" / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    return importlib.import_module("redis_servers")
 
 
 class NATSTarget(Target):

@@ -45,13 +45,14 @@ def _us(seconds: list[float]) -> tuple[float, float]:
 async def sequential(strategy: str, n: int, prefix: str) -> None:
     store = NATSStore.create(URL, prefix=prefix, strategy=strategy)
     await store.open()
-    js = store._jetstream()  # the floor uses the store's own connection and stream
-    floor_subject = store.subjects.claim("floor", 0)
+    link = store._opened()  # the floor uses the store's own connection and stream
+    js = link.js
+    floor_subject = store.strategy.subject("floor", 0)
     body = b"x" * 120
     base = time.time_ns() // 1_000_000 - 30_000
     lost_slot = base - 1
     assert (await store.claim(ClaimRequest(job="bench", slot=lost_slot, instance="b"))).won
-    replies, acks = store._open_replies(), store._acks
+    replies, acks = link.replies, link.acks
     samples: dict[str, list[float]] = {k: [] for k in ("floor", "bare", "won", "lost")}
     for i in range(WARMUP + n):
         won_request = ClaimRequest(job="bench", slot=base + i, instance="b")

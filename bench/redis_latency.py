@@ -34,9 +34,14 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from anarchon import ClaimRequest, Overlap
 from anarchon_redis import RedisStore, _wire, testing
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "anarchon-redis" / "tests"))
+import redis_servers  # the tests' private server launcher: not in the wheel
 
 URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 EVAL_FLOOR = "return 'won 1 1764000060000 running 1764000000000 -'"
@@ -59,6 +64,7 @@ async def bench(url: str, strategy: str, n: int) -> None:
     store = RedisStore.create(url, strategy=strategy, prefix=prefix)
     await store.open()
     client = store.client
+    lease: Any = store.strategy  # its claim script's packer, for the "eval floor" call
     try:
         now = await store.now_ms()
         held = ClaimRequest(job="held", slot=now, instance="bench:1:aaaa", overlap=Overlap.ALLOW)
@@ -83,10 +89,10 @@ async def bench(url: str, strategy: str, n: int) -> None:
             if strategy == "lease":
                 call = _wire.invoke(
                     f"$7\r\nEVALSHA\r\n$40\r\n{floor_sha}\r\n",
-                    store.keys_per_job,
-                    store._wire_keys(won.job),
+                    lease.keys_per_job,
+                    lease._wire_keys(won.job),
                     2,
-                    store._option + _wire.bulk(store._ask(won)),  # type: ignore[attr-defined]
+                    lease._option + _wire.bulk(lease._ask(won)),
                 )
                 times["eval floor"].append(
                     await timed(lambda c=call: _wire.send(pool, [c]))  # type: ignore[misc]
@@ -159,9 +165,9 @@ async def main(n: int, parsers: bool) -> None:
     measure = compare_parsers if parsers else bench
     for strategy in ("lease", "stream-id", "script"):
         await measure(URL, strategy, n)
-    redis86 = testing.private_server_url("redis86")
+    redis86 = redis_servers.private_server_url("redis86")
     if redis86 is None:
-        print("idmp      skipped: " + testing.missing_server_reason("redis86"))
+        print("idmp      skipped: " + redis_servers.missing_server_reason("redis86"))
     else:
         await measure(redis86, "idmp", n)
 

@@ -2,7 +2,7 @@
 ``nats-server -js`` processes for the tests that restart a server or require a login.
 
 Each test uses its own prefix (so its own stream), deleted afterwards with a raw nats-py client
-that bypasses the code under test.
+that bypasses the code under test (`anarchon_nats.testing`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,17 @@ from typing import Any
 
 import nats
 import pytest
-from nats.js.errors import NotFoundError
 
-from anarchon_nats import NATSStore
+from anarchon_nats import NATSStore, testing
+from anarchon_test_support import mark_services
 
 NATS_URL = os.environ.get("ANARCHON_TEST_NATS_URL", "nats://127.0.0.1:4222")
 NATS_SERVER = os.environ.get("ANARCHON_TEST_NATS_SERVER", "/usr/sbin/nats-server")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here needs a NATS server: ``pytest -m "not services"`` leaves them out."""
+    mark_services(items, Path(__file__).parent)
 
 
 def _server_error(url: str = NATS_URL) -> str | None:
@@ -66,9 +71,7 @@ def new_prefix() -> str:
 async def delete_stream(name: str, url: str = NATS_URL) -> None:
     nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
     try:
-        await nc.jetstream().delete_stream(name)
-    except NotFoundError:
-        pass
+        await testing.delete_stream(nc.jetstream(), name)
     finally:
         await nc.close()
 

@@ -1,5 +1,6 @@
 """Certify `nats://` with the conformance kit, both strategies, exactly as a third-party backend
-would: one harness per strategy, backdoors on a raw nats-py client (not the store's code).
+would: one harness per strategy, backdoors (`anarchon_nats.testing`) on a raw nats-py client
+(not the store's code).
 
 The kit's prefixes get this harness's run id appended, so each test has its own streams on the
 shared server; cleanup deletes them. Windows are short (30 s) so that T3 is sampled within the
@@ -8,18 +9,17 @@ kit's budget, yet longer than the proxy checks' resends take.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import nats
 import pytest
-from nats.js.errors import NotFoundError
 
 import anarchon
-from anarchon import Capabilities, ClaimStore, RunRecord, RunStatus
+from anarchon import Capabilities, ClaimStore, RunRecord
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
+from anarchon_nats import testing
 
 NATS_URL = os.environ.get("ANARCHON_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -41,10 +41,7 @@ class NATSHarness(BackendHarness):
     async def cleanup(self) -> None:
         await super().cleanup()
         for name in self.streams:
-            try:
-                await self.js.delete_stream(name)
-            except NotFoundError:
-                pass
+            await testing.delete_stream(self.js, name)
         await self.nc.close()
 
     @property
@@ -113,48 +110,7 @@ class NATSHarness(BackendHarness):
         self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX
     ) -> RunRecord | None:
         """The stored claim message for (job, slot), read with plain JetStream requests."""
-        mapped = self.mine(prefix)
-        stream = f"ANARCHON_{mapped}"
-        if self.strategy == "expected-seq":
-            try:
-                msg = await self.js.get_last_msg(stream, f"{mapped}.{job}.slot.{slot}")
-            except NotFoundError:
-                return None
-            found = [msg]
-        else:
-            found, seq = [], 0
-            while True:
-                try:
-                    msg = await self.js.get_msg(
-                        stream, seq=seq + 1, subject=f"{mapped}.{job}.claims", next=True
-                    )
-                except NotFoundError:
-                    break
-                assert msg.seq is not None
-                seq = msg.seq
-                found.append(msg)
-        for msg in found:
-            body = json.loads(msg.data or b"{}")
-            if body.get("slot") == slot and "skip" in body:
-                return RunRecord(
-                    job=job,
-                    slot=slot,
-                    status=RunStatus.SKIPPED,
-                    attempt=0,
-                    token=body["token"],
-                    holder=body["instance"],
-                    error=body["skip"],
-                )
-            if body.get("slot") == slot:
-                return RunRecord(
-                    job=job,
-                    slot=slot,
-                    status=RunStatus.CLAIMED,
-                    attempt=1,
-                    token=body["token"],
-                    holder=body["instance"],
-                )
-        return None
+        return await testing.raw_run(self.js, self.mine(prefix), job, slot, strategy=self.strategy)
 
 
 class MsgIdHarness(NATSHarness):

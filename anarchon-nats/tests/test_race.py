@@ -4,62 +4,35 @@ slot has exactly one winner, for both strategies."""
 from __future__ import annotations
 
 import asyncio
-import collections
-import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from anarchon_test_support import finish, go, race_processes, race_spec, wait_ready, winners
 
 from .conftest import NATS_URL
 
 PROCESSES = 4
 TASKS = 32
 SLOTS = 1000
-WORKER = Path(__file__).with_name("race_worker.py")
+STEP_MS = 100
+HOUR_MS = 3_600_000
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("strategy", ["msg-id", "expected-seq"])
 async def test_C1_one_winner_per_slot_across_processes(prefix: str, strategy: str) -> None:
     first = time.time_ns() // 1_000_000 - 150_000
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(WORKER),
-            NATS_URL,
-            prefix,
-            strategy,
-            "race",
-            str(first),
-            str(SLOTS),
-            str(TASKS),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for _ in range(PROCESSES)
-    ]
-    try:
-        for proc in procs:  # every store open (the stream created once, concurrently)
-            assert proc.stdout is not None
-            line = await asyncio.wait_for(proc.stdout.readline(), 30)
-            assert line.strip() == b"ready", line
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write(b"go\n")
-            await proc.stdin.drain()
-        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 240)
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    winners: dict[int, list[str]] = collections.defaultdict(list)
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err.decode()
-        for slot, token in json.loads(out):
-            winners[slot].append(token)
-    assert len(winners) == SLOTS, f"C4: {SLOTS - len(winners)} slots without a winner"
-    doubles = {slot: tokens for slot, tokens in winners.items() if len(tokens) != 1}
+    slots = [first + i * STEP_MS for i in range(SLOTS)]
+    options = {"prefix": prefix, "strategy": strategy}
+    spec = race_spec(NATS_URL, slots, TASKS, options=options, request={"max_late_ms": HOUR_MS})
+    with race_processes(spec, PROCESSES) as procs:
+        await asyncio.to_thread(wait_ready, procs)  # every store open (one stream, made at once)
+        go(procs)
+        results = await asyncio.to_thread(lambda: [r for p in procs for r in finish(p)])
+    others = [r for r in results if r[2] not in ("won", "lost")]
+    assert not others, f"claims neither won nor lost: {others[:10]}"
+    won = winners(results)
+    assert len(won) == SLOTS, f"C4: {SLOTS - len(won)} slots without a winner"
+    doubles = {slot: tokens for slot, tokens in won.items() if len(tokens) != 1}
     assert not doubles, f"C1: slots with more than one winner: {doubles}"

@@ -160,7 +160,7 @@ async def test_deleted_stream_is_unavailable_and_nothing_waits(stores: StoreFact
         await store.claim(request())
     with pytest.raises(StoreUnavailable, match="no JetStream answer"):
         await store.claim_many([request("a"), request("b")])
-    assert store._replies is not None and store._replies.waiting == 0
+    assert store._link is not None and store._link.replies.waiting == 0
 
 
 @pytest.mark.parametrize(
@@ -187,7 +187,7 @@ async def test_an_answer_that_is_not_our_acknowledgement_is_refused(
     with pytest.raises(error, match=words):
         await store.claim_many([request("a"), request("b")])
     assert time.monotonic() - started < 4, "refused at once, not after the timeout"
-    assert store._replies is not None and store._replies.waiting == 0
+    assert store._link is not None and store._link.replies.waiting == 0
 
 
 async def test_unanswered_publish_gives_up_and_its_late_answer_is_dropped(
@@ -207,23 +207,22 @@ async def test_unanswered_publish_gives_up_and_its_late_answer_is_dropped(
     with pytest.raises(StoreUnavailable, match="timeout"):
         await store.claim(request())
     assert 0.25 <= time.monotonic() - started < 3
-    assert store._replies is not None and store._replies.waiting == 0
+    assert store._link is not None and store._link.replies.waiting == 0
     # The late answer comes now, to a publish that gave up: dropped, and it answers nobody else.
     assert held[0].reply
     await held[0].respond(f'{{"stream":"{store.stream}","seq":1,"duplicate":true}}'.encode())
     claim = await store.claim(request())
     assert claim.won, claim
-    assert store._replies.waiting == 0
+    assert store._link.replies.waiting == 0
 
 
 async def test_the_reply_path_ends_with_the_store(prefix: str) -> None:
     store = NATSStore.create(NATS_URL, prefix=prefix)
     await store.open()
-    replies, client = store._replies, store._nc
-    assert replies is not None and client is not None
+    replies, client = store._opened().replies, store._opened().nc
     assert (await store.claim(request())).won
     await store.close()
-    assert store._replies is None and client.is_closed
+    assert store._link is None and client.is_closed
     assert replies.waiting == 0
     with pytest.raises(StoreUnavailable, match="not open"):
         await store.claim(request())

@@ -11,8 +11,10 @@ import nats
 import pytest
 
 import anarchon
+import anarchon_nats
 from anarchon import ClaimRequest, ConfigError, Outcome, RunStatus
 from anarchon_nats import NATSStore
+from anarchon_nats._strategies import STRATEGIES as STRATEGY_CLASSES
 
 from .conftest import NATS_URL, StoreFactory
 
@@ -58,7 +60,7 @@ async def test_C3_duplicate_of_a_deleted_claim_is_lost(stores: StoreFactory, str
     nc = await nats.connect(NATS_URL)
     try:
         js = nc.jetstream()
-        subject = store.subjects.claim("sync", claim.slot)
+        subject = store.strategy.subject("sync", claim.slot)
         msg = await js.get_last_msg(store.stream, subject)
         await js.delete_msg(store.stream, msg.seq)
     finally:
@@ -102,8 +104,8 @@ async def test_T3_window_is_remembered_then_forgotten(stores: StoreFactory) -> N
     refused = await store.claim(request("w", slot, max_late_ms=10_000))
     assert refused.outcome is Outcome.LATE, refused
     # Bypassing the check shows what it protects against: the store forgot the id.
-    ack = await store._jetstream().publish(
-        store.subjects.claim("w", slot), b"{}", headers={"Nats-Msg-Id": f"w:{slot}"}
+    ack = await store._opened().js.publish(
+        store.strategy.subject("w", slot), b"{}", headers={"Nats-Msg-Id": f"w:{slot}"}
     )
     assert not ack.duplicate
 
@@ -183,3 +185,16 @@ async def test_connect_by_url(prefix: str) -> None:
         assert isinstance(store, NATSStore)
         assert store.stream == f"ANARCHON_{prefix}"
         assert (await store.claim(request("url", now_ms()))).won
+
+
+def test_every_strategy_option_has_its_class() -> None:
+    """The names the options accept and the strategy classes are the same set, and each store
+    holds the strategy its option names (subjects of that strategy's shape)."""
+    assert set(STRATEGY_CLASSES) == set(anarchon_nats.STRATEGIES) == set(STRATEGIES)
+    for name in STRATEGIES:
+        store = NATSStore.create(NATS_URL, strategy=name, prefix="p")
+        assert store.strategy.name == name
+        assert store.strategy.stream == store.stream == "ANARCHON_p"
+    assert NATSStore.create(NATS_URL, prefix="p").strategy.subject("j", 5) == "p.j.claims"
+    by_slot = NATSStore.create(NATS_URL, strategy="expected-seq", prefix="p").strategy
+    assert by_slot.subject("j", 5) == "p.j.slot.5" and by_slot.slot_of("p.j.slot.5") == 5

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,16 +19,23 @@ from psycopg import sql
 
 from anarchon import LeaseStore, MemoryStore, RunRecord
 from anarchon_postgres import PostgresStore, testing
+from anarchon_test_support import (
+    T0,  # noqa: F401 - the rule tests import it from here
+    ManualClock,
+    mark_services,
+)
 
 from .pgbouncer import PgBouncer, missing_reason
 from .pgbouncer import binary as pgbouncer_binary
 
-T0 = 1_800_000_000_000
-"""The manual clock's start, epoch ms."""
-
 POSTGRES_URL = os.environ.get(
     "ANARCHON_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here needs the PostgreSQL server: ``pytest -m "not services"`` leaves them out."""
+    mark_services(items, Path(__file__).parent)
 
 
 def server_error() -> str | None:
@@ -67,17 +75,6 @@ def schema() -> Iterator[str]:
     name = new_schema()
     yield name
     testing.drop(POSTGRES_URL, name)
-
-
-class ManualClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 class Harness:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from core_helpers import finish, go, wait_ready, worker_processes
 from psycopg import sql
 
 from anarchon import Claim, ClaimRequest, LeaseStore, Outcome, Overlap, RunStatus
-from anarchon._leases import overlap_reason
+from anarchon.backend import overlap_reason
 from anarchon_postgres import PostgresStore, testing
 from anarchon_postgres._batch import pack_slot_batch, read_slot_answers
+from anarchon_test_support import finish, go, wait_ready, worker_processes
 
 from .conftest import POSTGRES_URL, T0, Harness, new_schema, require_server, url_with
 

@@ -1,6 +1,7 @@
 """Certify `postgresql://` with the conformance kit, exactly as a third-party backend would.
 
-The backdoors are plain psycopg statements against the tables, not the store's code.
+The backdoors are those of `anarchon_postgres.testing`: plain SQL against the tables, not the
+store's code.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from psycopg import sql
 
-from anarchon import Capabilities, RunRecord, RunStatus
+from anarchon import Capabilities, RunRecord
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
+from anarchon_postgres import PostgresStore, testing
 
 POSTGRES_URL = os.environ.get(
     "ANARCHON_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 TABLE = "anarchon_runs"
-COLUMNS = "slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error"
 
 
 def _connect() -> psycopg.Connection[tuple[object, ...]]:
@@ -42,10 +42,7 @@ class PostgresHarness(BackendHarness):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        with _connect() as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
-            )
+        testing.drop(POSTGRES_URL, self.schema)
 
     def url(self, address: tuple[str, int] | None = None) -> str:
         parts = urlsplit(POSTGRES_URL)
@@ -62,47 +59,20 @@ class PostgresHarness(BackendHarness):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=True,
-            self_recognition=True,
-            fencing=True,
-            overlap=True,
-            history=True,
-            store_clock=True,
-            skips=True,
-            batch=True,
-            remembers_ms=None,
-        )
+        return PostgresStore.create(self.url()).capabilities
 
     async def server_version(self) -> str:
         with _connect() as conn:
             row = conn.execute("SHOW server_version").fetchone()
         return f"PostgreSQL {row[0] if row else '?'}"
 
-    def _table(self) -> sql.Identifier:
-        return sql.Identifier(self.schema, TABLE)
-
     async def force_expire(self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX) -> None:
-        query = sql.SQL(
-            "UPDATE {} SET lease_until = floor(extract(epoch FROM clock_timestamp()) * 1000)"
-            "::bigint - 1 WHERE prefix = %s AND job = %s AND slot = %s"
-        ).format(self._table())
-        with _connect() as conn:
-            assert conn.execute(query, (prefix, job, slot)).rowcount == 1
+        testing.force_expire(POSTGRES_URL, self.schema, TABLE, prefix, job, slot)
 
     async def raw_run(
         self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX
     ) -> RunRecord | None:
-        query = sql.SQL(
-            "SELECT " + COLUMNS + " FROM {} WHERE prefix = %s AND job = %s AND slot = %s"
-        ).format(self._table())
-        with _connect() as conn:
-            row = conn.execute(query, (prefix, job, slot)).fetchone()
-        if row is None:
-            return None
-        values = dict(zip(COLUMNS.split(", "), row, strict=True))
-        values["status"] = RunStatus(values["status"])
-        return RunRecord(job=job, **values)  # type: ignore[arg-type]
+        return testing.raw_run(POSTGRES_URL, self.schema, TABLE, prefix, job, slot)
 
 
 class TestPostgresConformance(ConformanceSuite):

@@ -1,15 +1,15 @@
 """L11 in steady state: a job whose history is full. Counting a job's runs walks up to
 history_limit index entries, so only about one win in history_limit / 16 (at most 64) counts and
-sweeps (`retention_check`), through single claims and `claim_many` alike."""
+sweeps (`anarchon_test_support.retention`), through single claims and `claim_many` alike."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
-from retention_check import LIMIT, check_full_history
 
 from anarchon_postgres import PostgresStore, testing
 from anarchon_postgres._plpgsql import SWEEP_MAX_ROWS
+from anarchon_test_support import LIMIT, check_full_history
 
 from .conftest import POSTGRES_URL, ManualClock, url_with
 

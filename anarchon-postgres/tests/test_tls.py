@@ -1,11 +1,14 @@
-"""``sslmode`` through a PostgreSQL TLS front (`anarchon_conformance.tls.PostgresTLSFront`: it
-answers libpq's SSLRequest, then terminates TLS) in front of the test server, with a private CA
-made for this test session: schema creation, claims, renew and finish over ``verify-full``; a
-server certificate from another CA, and ``sslmode=require`` against the plain server, are clear
-errors without the password."""
+"""``sslmode`` through a PostgreSQL TLS front (`tls_front.PostgresTLSFront`: it answers libpq's
+SSLRequest, then terminates TLS) in front of the test server, with a private CA made for this
+test session: schema creation, claims, renew and finish over ``verify-full``; a server
+certificate from another CA, and ``sslmode=require`` against the plain server, are clear errors
+without the password. First, the front itself, against an echo server: it negotiates TLS the way
+libpq asks for it."""
 
 from __future__ import annotations
 
+import asyncio
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -14,10 +17,11 @@ import pytest
 
 import anarchon
 from anarchon import ClaimRequest, LeaseStore, Outcome, RunStatus, StoreUnavailable, new_token
-from anarchon_conformance.tls import CertBundle, PostgresTLSFront
+from anarchon_conformance.tls import CertBundle
 from anarchon_postgres import testing
 
 from .conftest import POSTGRES_URL, url_with
+from .tls_front import GSSENC_REQUEST, SSL_REQUEST, PostgresTLSFront
 
 PASSWORD = "s3cret-do-not-show"
 
@@ -28,6 +32,80 @@ def via(port: int, *, password: str | None = None) -> str:
     user = parts.username or "postgres"
     auth = f"{user}:{password}@" if password else f"{user}@"
     return urlunsplit(parts._replace(netloc=f"{auth}127.0.0.1:{port}"))
+
+
+class EchoServer:
+    """Answers each line with ``echo <line>`` and keeps what it got: plain bytes behind the front."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.port = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                self.received.append(line)
+                writer.write(b"echo " + line)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[EchoServer]:
+    server = EchoServer()
+    listener = await asyncio.start_server(server._handle, "127.0.0.1", 0)
+    server.port = listener.sockets[0].getsockname()[1]
+    yield server
+    listener.close()
+    await listener.wait_closed()
+
+
+async def ask(writer: asyncio.StreamWriter, reader: asyncio.StreamReader, line: bytes) -> bytes:
+    writer.write(line)
+    await writer.drain()
+    return await asyncio.wait_for(reader.readline(), 5)
+
+
+async def postgres_tls(port: int, certs: CertBundle, *, gssenc_first: bool) -> bytes:
+    """What libpq does: ask for TLS in plain text, then upgrade; the answers to the requests."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    answers = b""
+    if gssenc_first:
+        writer.write(struct.pack("!ii", 8, GSSENC_REQUEST))
+        answers += await asyncio.wait_for(reader.readexactly(1), 5)
+    writer.write(struct.pack("!ii", 8, SSL_REQUEST))
+    answers += await asyncio.wait_for(reader.readexactly(1), 5)
+    await writer.start_tls(certs.client_context(), server_hostname="127.0.0.1")
+    assert await ask(writer, reader, b"startup\n") == b"echo startup\n"
+    writer.close()
+    await writer.wait_closed()
+    return answers
+
+
+@pytest.mark.parametrize("gssenc_first", [False, True], ids=["SSLRequest", "GSSENCRequest first"])
+async def test_the_front_answers_the_ssl_request_then_does_tls(
+    echo: EchoServer, anarchon_tls_certs: CertBundle, gssenc_first: bool
+) -> None:
+    async with PostgresTLSFront("127.0.0.1", echo.port, anarchon_tls_certs) as front:
+        answers = await postgres_tls(front.port, anarchon_tls_certs, gssenc_first=gssenc_first)
+        assert answers == (b"NS" if gssenc_first else b"S")
+        assert front.handshakes == 1
+    assert echo.received == [b"startup\n"], "the server behind got plain bytes"
+
+
+async def test_the_front_hangs_up_on_a_plain_startup(
+    echo: EchoServer, anarchon_tls_certs: CertBundle
+) -> None:
+    async with PostgresTLSFront("127.0.0.1", echo.port, anarchon_tls_certs) as front:
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        writer.write(struct.pack("!ii", 9, 196608) + b"\n")  # a StartupMessage, no TLS asked
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        assert front.handshakes == 0
+    assert echo.received == []
 
 
 @pytest.fixture

@@ -1,21 +1,29 @@
 """The RabbitMQ tests run against the broker at ``ANARCHON_TEST_AMQP_URL`` (default: the local
 one, guest/guest). Each test uses its own prefix and deletes the queues it knows it created, over
-a raw aiormq connection that bypasses the store (the tests' oracle)."""
+a raw aiormq connection that bypasses the store (the tests' oracle: `anarchon_rabbitmq.testing`)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiormq
 import pytest
 import pytest_asyncio
 
+from anarchon_rabbitmq import testing
+from anarchon_test_support import mark_services
+
 AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here needs the RabbitMQ broker: ``pytest -m "not services"`` leaves them out."""
+    mark_services(items, Path(__file__).parent)
 
 
 def _reason() -> str | None:
@@ -56,49 +64,19 @@ def url_via(host: str, port: int, *, password: str | None = None) -> str:
 
 
 async def message_count(queue: str) -> int | None:
-    """Messages in `queue` by a passive declare, or None when it does not exist."""
-    connection = await aiormq.connect(AMQP_URL)
-    try:
-        channel = await connection.channel()
-        try:
-            ok = await channel.queue_declare(queue, passive=True)
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            return None
-        return int(ok.message_count or 0)
-    finally:
-        await connection.close()
+    return await testing.message_count(AMQP_URL, queue)
 
 
 async def stored_body(queue: str) -> dict[str, object] | None:
-    """The claim `queue` holds, as JSON (None when it holds none), read without taking it: the
-    message is fetched unacknowledged and requeued when the connection closes."""
-    connection = await aiormq.connect(AMQP_URL)
-    try:
-        channel = await connection.channel()
-        got = await channel.basic_get(queue, no_ack=False)
-        if got.delivery_tag is None:
-            return None
-        body = json.loads(got.body)
-        assert isinstance(body, dict)
-        return body
-    finally:
-        await connection.close()
+    return await testing.stored_body(AMQP_URL, queue)
 
 
 async def stored_token(queue: str) -> str | None:
-    """The token of the claim `queue` holds (None when it holds none), read as `stored_body`."""
-    body = await stored_body(queue)
-    return None if body is None else str(body["token"])
+    return await testing.stored_token(AMQP_URL, queue)
 
 
 async def delete_queues(names: Iterable[str]) -> None:
-    connection = await aiormq.connect(AMQP_URL)
-    try:
-        channel = await connection.channel()
-        for name in names:
-            await channel.queue_delete(name)
-    finally:
-        await connection.close()
+    await testing.delete_queues(AMQP_URL, names)
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """Certify `amqp://` with the conformance kit, exactly as a third-party backend would.
 
-The backdoor is a passive queue declare on a raw aiormq connection, not the store's code. The
-queues the kit creates expire by themselves ``slot_ttl`` (30 s here) after their creation: AMQP cannot list
-queues, and the kit chooses the jobs and slots. Until then they are still there, so each harness
-claims under prefixes of its own (the kit's, with the harness's run id): a test run again at once
-must not find the claims of its first run.
+The backdoor (`anarchon_rabbitmq.testing.raw_run`) is a passive queue declare on a raw aiormq
+connection, not the store's code. The queues the kit creates expire by themselves ``slot_ttl``
+(30 s here) after their creation: AMQP cannot list queues, and the kit chooses the jobs and slots.
+Until then they are still there, so each harness claims under prefixes of its own (the kit's, with
+the harness's run id): a test run again at once must not find the claims of its first run.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import aiormq
 import pytest
 
-from anarchon import Capabilities, ClaimStore, RunRecord, RunStatus
+from anarchon import Capabilities, ClaimStore, RunRecord
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
-from anarchon_rabbitmq import queue_name
+from anarchon_rabbitmq import testing
 
 AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 SLOT_TTL_MS = 30_000
@@ -96,23 +96,8 @@ class RabbitMQHarness(BackendHarness):
     async def raw_run(
         self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX
     ) -> RunRecord | None:
-        """Whether the run's queue holds a claim. The token is not shown: reading it would
-        consume the claim, so it stays empty."""
-        connection = await aiormq.connect(AMQP_URL)
-        try:
-            channel = await connection.channel()
-            try:
-                queue = queue_name(self.mine(prefix), job, slot)
-                ok = await channel.queue_declare(queue, passive=True)
-            except aiormq.exceptions.ChannelNotFoundEntity:
-                return None
-        finally:
-            await connection.close()
-        if not ok.message_count:
-            return None
-        return RunRecord(
-            job=job, slot=slot, status=RunStatus.CLAIMED, attempt=1, token="", holder=""
-        )
+        """Whether the run's queue holds a claim (the token stays empty: `testing.raw_run`)."""
+        return await testing.raw_run(AMQP_URL, self.mine(prefix), job, slot)
 
 
 class TestRabbitMQConformance(ConformanceSuite):

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 import aiormq
 import pytest
-from core_helpers import eventually
 from pamqp import commands as spec
 
 from anarchon import (
@@ -26,6 +25,7 @@ from anarchon import (
     connect,
 )
 from anarchon_rabbitmq import RabbitMQStore, _link, queue_name
+from anarchon_test_support import eventually
 
 from .conftest import AMQP_URL, delete_queues, message_count, stored_token
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
-import os
-import pathlib
-import sys
 import time
 
 import pytest
 
 from anarchon_rabbitmq import queue_name
+from anarchon_test_support import finish, go, race_processes, race_spec, wait_ready
 
 from .conftest import AMQP_URL, delete_queues
 
@@ -31,43 +28,26 @@ SLOTS = 120
 async def test_C1_one_winner_per_slot_across_processes(prefix: str) -> None:
     now = time.time_ns() // 1_000_000
     slots = [now - now % 1000 - i * 10 for i in range(SLOTS)]
-    start_at = time.time() + 2.0
-    worker = pathlib.Path(__file__).with_name("race_worker.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(worker),
-            json.dumps(
-                {
-                    "url": AMQP_URL,
-                    "prefix": prefix,
-                    "slots": slots,
-                    "tasks": TASKS,
-                    "start_at": start_at,
-                    "name": f"proc{n}",
-                }
-            ),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-        )
-        for n in range(PROCESSES)
-    ]
+    spec = race_spec(
+        AMQP_URL,
+        slots,
+        TASKS,
+        # Thousands of claims in flight queue up in the client: allow for it in the confirm timeout.
+        options={"prefix": prefix, "confirm_timeout_ms": "60s"},
+        request={"max_late_ms": 600_000, "overlap": "allow"},
+        together=True,
+    )
     try:
-        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 90)
+        with race_processes(spec, PROCESSES) as procs:
+            await asyncio.to_thread(wait_ready, procs)
+            go(procs)
+            results = await asyncio.to_thread(lambda: [r for p in procs for r in finish(p, 90)])
     finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
         await delete_queues(queue_name(prefix, "race", s) for s in slots)
     outcomes: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err.decode()
-        for slot, _token, outcome, reason in json.loads(out):
-            assert outcome in ("won", "lost"), reason
-            outcomes[slot][outcome] += 1
+    for slot, _token, outcome, reason in results:
+        assert outcome in ("won", "lost"), reason
+        outcomes[slot][outcome] += 1
     for slot in slots:
         counts = outcomes[slot]
         assert sum(counts.values()) == PROCESSES * TASKS

@@ -11,6 +11,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,8 +21,16 @@ import redis.asyncio as aioredis
 import anarchon
 from anarchon import ClaimRequest, ClaimStore, LeaseStore, Overlap, new_token
 from anarchon_redis import testing
+from anarchon_test_support import mark_services
+
+from .redis_servers import missing_server_reason, private_server_url
 
 REDIS_URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here needs a Redis server: ``pytest -m "not services"`` leaves them out."""
+    mark_services(items, Path(__file__).parent)
 
 
 def _answers(url: str) -> bool:
@@ -43,9 +52,9 @@ def server_url(kind: str) -> str:
                 "ANARCHON_TEST_REDIS_URL"
             )
         return REDIS_URL
-    url = testing.private_server_url(kind)
+    url = private_server_url(kind)
     if url is None:
-        pytest.skip(testing.missing_server_reason(kind))
+        pytest.skip(missing_server_reason(kind))
     return url
 
 

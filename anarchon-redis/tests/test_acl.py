@@ -13,9 +13,9 @@ import pytest
 
 import anarchon
 from anarchon import LeaseStore, Outcome, RunStatus, SupportsClaimMany
-from anarchon_redis._idmp import IDMP
-from anarchon_redis._lease import LEASE
-from anarchon_redis._script import WINDOW
+from anarchon_redis._strategies.idmp import IDMP
+from anarchon_redis._strategies.lease import LEASE
+from anarchon_redis._strategies.script import WINDOW
 
 if TYPE_CHECKING:
     from conftest import EnvFactory
@@ -79,7 +79,7 @@ async def test_documented_acl_is_enough(
                 script = {"lease": LEASE, "script": WINDOW, "idmp": IDMP}[strategy]
                 await env.raw.function_delete(script.function)
             assert (await store.claim(env.request("after", slot))).won
-            assert store._functions is functions  # type: ignore[attr-defined]
+            assert store.strategy.functions is functions  # type: ignore[attr-defined]
         finally:
             await store.close()
     finally:

@@ -18,10 +18,10 @@ from anarchon import (
     SupportsClaimMany,
 )
 from anarchon_redis import JobKeys, testing
-from anarchon_redis._idmp import IDMP
-from anarchon_redis._lease import LEASE
-from anarchon_redis._script import WINDOW
-from anarchon_redis._store import BATCH
+from anarchon_redis._strategies.idmp import IDMP
+from anarchon_redis._strategies.lease import LEASE
+from anarchon_redis._strategies.script import WINDOW
+from anarchon_redis._strategies.scripted import BATCH
 
 if TYPE_CHECKING:
     from conftest import Env, EnvFactory
@@ -153,7 +153,7 @@ async def test_batch_sends_the_script_again_after_a_flush(
 ) -> None:
     env, store, slot = await _batching(env_on, server, strategy)
     function = FUNCTIONS.get(strategy)
-    assert store._functions is (function is not None), "FCALL on Redis 7+ and Valkey"
+    assert store.strategy.functions is (function is not None), "FCALL on Redis 7+ and Valkey"
 
     async def forget() -> None:  # as a restart without persistence forgets scripts and functions
         await env.raw.script_flush()
@@ -251,8 +251,9 @@ def test_a_single_claim_is_packed_as_a_batch_of_one(
     """The single claim's own packer (no joins over requests) writes the very bytes the batch
     packer writes for one request, as a function call or as a script."""
     store: Any = anarchon.create_store("redis://127.0.0.1:6379/0" + query)
-    store._functions = functions
+    strategy = store.strategy
+    strategy.functions = functions
     request = ClaimRequest(job="j", slot=1_764_000_000_000, instance="hôte:1:aaaa")
-    assert store._call_one(script, store._option, request) == store._call(
-        script, store._option, (request,)
+    assert strategy._call_one(script, strategy._option, request) == strategy._call(
+        script, strategy._option, (request,)
     )

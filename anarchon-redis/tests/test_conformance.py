@@ -17,9 +17,10 @@ import redis.asyncio as aioredis
 
 import anarchon
 from anarchon import Capabilities, ClaimStore, RunRecord
-from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite, rule
-from anarchon_conformance.suites._base import within
+from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuite
 from anarchon_redis import RedisStore, testing
+
+from .redis_servers import missing_server_reason, private_server_url
 
 REDIS_URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -36,9 +37,9 @@ class RedisHarness(BackendHarness):
         if self.server == "redis":
             self.base = self.given_url or REDIS_URL
         else:
-            url = testing.private_server_url(self.server)
+            url = private_server_url(self.server)
             if url is None:
-                pytest.skip(testing.missing_server_reason(self.server))
+                pytest.skip(missing_server_reason(self.server))
             self.base = url
         self.raw = aioredis.Redis.from_url(self.base, decode_responses=True)
         try:
@@ -114,6 +115,8 @@ class LeaseHarness(RedisHarness):
 
 class StreamIdHarness(RedisHarness):
     strategy = "stream-id"
+    # A slot below the stream's top is `late` (DESIGN 4): the kit claims a job's slots in order.
+    claims_in_slot_order = True
 
 
 class ScriptHarness(RedisHarness):
@@ -133,32 +136,14 @@ class ValkeyScriptHarness(RedisHarness):
 class ValkeyStreamIdHarness(RedisHarness):
     strategy = "stream-id"
     server = "valkey"
+    claims_in_slot_order = True
 
 
 class TestRedisLeaseConformance(ConformanceSuite):
     harness_class = LeaseHarness
 
 
-class StreamIdOrder(ConformanceSuite):
-    """stream-id refuses a slot below the stream's top (DESIGN 4: "an older slot is `late`"), so
-    two of the kit's checks that claim slots of one job newest first are run in slot order:
-    C1 races one slot at a time, and the history check claims its slots oldest first."""
-
-    c1_slots = 1
-
-    @rule("L11")
-    @pytest.mark.asyncio
-    async def test_L11_history_newest_first(self, harness: BackendHarness) -> None:
-        store = await self.open(harness)
-        base = await self.current_slot(store)
-        for slot in (base - 3000, base - 2000, base - 1000):
-            assert (await within(store.claim(self.request("hist", slot)))).won
-        runs = await within(store.history("hist", 2))
-        assert [r.slot for r in runs] == [base - 1000, base - 2000], runs
-        assert all(r.job == "hist" for r in runs)
-
-
-class TestRedisStreamIdConformance(StreamIdOrder):
+class TestRedisStreamIdConformance(ConformanceSuite):
     harness_class = StreamIdHarness
 
 
@@ -174,5 +159,5 @@ class TestValkeyScriptConformance(ConformanceSuite):
     harness_class = ValkeyScriptHarness
 
 
-class TestValkeyStreamIdConformance(StreamIdOrder):
+class TestValkeyStreamIdConformance(ConformanceSuite):
     harness_class = ValkeyStreamIdHarness

@@ -8,21 +8,16 @@ process, which keeps the run under a minute."""
 from __future__ import annotations
 
 import asyncio
-import collections
-import json
-import os
-import sys
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from anarchon_test_support import finish, go, race_processes, race_spec, wait_ready
 
 if TYPE_CHECKING:
     from conftest import EnvFactory
 
 PROCESSES, TASKS, SLOTS = 4, 32, 1000
-WORKER = Path(__file__).with_name("race_worker.py")
 
 
 @pytest.mark.processes
@@ -39,33 +34,22 @@ async def test_C1_race_processes_and_tasks(env_on: EnvFactory, server: str, stra
     env = await env_on(server)
     now = await env.now()
     slots = [now - 30_000 + n for n in range(SLOTS)]  # all within max_late (2 min) and every window
-    spec = {
-        "url": env.url,
-        "strategy": strategy,
-        "prefix": env.prefix,
-        "job": "race",
-        "slots": slots,
-        "tasks": 8 if strategy == "script" else TASKS,
-        "start_at": time.time() + 2.0,
-    }
-    pythonpath = os.pathsep.join(p for p in sys.path if p)
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(WORKER),
-            json.dumps({**spec, "instance": f"proc{n}"}),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": pythonpath},
-        )
-        for n in range(PROCESSES)
-    ]
-    outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 240)
-    winners: dict[int, list[str]] = collections.defaultdict(list)
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err.decode()
-        for slot, token, outcome in json.loads(out):
-            assert outcome == "won", f"slot {slot} was {outcome} for one claimant"
+    spec = race_spec(
+        env.url,
+        slots,
+        8 if strategy == "script" else TASKS,
+        options={"strategy": strategy, "prefix": env.prefix},
+        # max_late within every window (C5 refuses claims beyond it)
+        request={"max_late_ms": 120_000, "overlap": "allow"},
+    )
+    with race_processes(spec, PROCESSES) as procs:
+        await asyncio.to_thread(wait_ready, procs)
+        go(procs)
+        results = await asyncio.to_thread(lambda: [r for p in procs for r in finish(p)])
+    winners: dict[int, list[str]] = {slot: [] for slot in slots}
+    for slot, token, outcome, _reason in results:
+        assert outcome in ("won", "lost", "running"), f"slot {slot} was {outcome} for a claimant"
+        if outcome == "won":
             winners[slot].append(token)
     for slot in slots:
         assert len(winners[slot]) == 1, f"C1: slot {slot} had {len(winners[slot])} winners"

@@ -17,15 +17,19 @@ import redis.asyncio as aioredis
 
 import anarchon
 from anarchon import ClaimRequest, ConfigError, LeaseStore, StoreUnavailable, SupportsClaimMany
+from anarchon.backend import StoreURL, structure_options
 from anarchon_redis import (
+    STRATEGIES,
     IdmpStore,
     RedisLeaseStore,
+    RedisOptions,
     RedisStore,
     ScriptStore,
     StreamIdStore,
     testing,
 )
-from anarchon_redis._servers import find_binary, start
+
+from .redis_servers import find_binary, missing_server_reason, start
 
 if TYPE_CHECKING:
     from conftest import Env
@@ -52,6 +56,24 @@ def test_one_factory_builds_the_class_of_the_strategy(
     assert isinstance(store, SupportsClaimMany) is batch is store.capabilities.batch
     assert store.capabilities.leases is lease and store.capabilities.self_recognition
     assert "secret" not in repr(store) and "***" in repr(store)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_store_class_serves_only_its_own_strategy(strategy: str) -> None:
+    """`from_url` picks the class; building a class directly with another strategy's options is
+    refused, so a lease strategy never hides in a store the runtime would not heartbeat."""
+    url = StoreURL.parse("redis://127.0.0.1:6379/0")
+    options = structure_options(RedisOptions, {"strategy": strategy}, where="redis://")
+    store = RedisStore.from_url(url, options)
+    assert store.strategy_name == strategy and store.capabilities.leases is (strategy == "lease")
+    for cls in (RedisStore, RedisLeaseStore, StreamIdStore, IdmpStore, ScriptStore):
+        if cls is not type(store):
+            with pytest.raises(ConfigError, match=f"the options say strategy={strategy}"):
+                cls(url, options)
+            if cls is not RedisStore:
+                with pytest.raises(ConfigError, match=f"cannot be strategy={strategy}"):
+                    cls.from_url(url, options)
+    assert type(type(store).from_url(url, options)) is type(store)
 
 
 def test_remembers_ms_follows_the_options() -> None:
@@ -222,7 +244,7 @@ def test_readme_example_runs(env: Env) -> None:
 
 def test_private_server_binaries_are_found_or_explained() -> None:
     for kind in ("redis86", "valkey"):
-        assert "scripts/redis-servers" in testing.missing_server_reason(kind)
+        assert "scripts/redis-servers" in missing_server_reason(kind)
 
 
 async def test_env_cleanup_deletes_only_its_prefix(env: Env) -> None:

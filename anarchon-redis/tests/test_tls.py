@@ -27,26 +27,25 @@ from anarchon import (
 )
 from anarchon_conformance.tls import CertBundle
 from anarchon_redis import testing
-from anarchon_redis._servers import PrivateServer
+
+from .redis_servers import NoTLS, PrivateServer, TLSFiles, start_tls_server
 
 PASSWORD = "s3cret-do-not-show"
 
 
-def _start(tls: testing.TLSFiles) -> PrivateServer:
+def _start(tls: TLSFiles) -> PrivateServer:
     try:
-        return testing.start_tls_server(tls)
+        return start_tls_server(tls)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    except testing.NoTLS as exc:
+    except NoTLS as exc:
         pytest.skip(str(exc))
 
 
-def _files(
-    certs: CertBundle, *, verify_clients: bool = False, as_client: bool = False
-) -> testing.TLSFiles:
+def _files(certs: CertBundle, *, verify_clients: bool = False, as_client: bool = False) -> TLSFiles:
     """The server's files; `as_client`: it serves the client certificate instead (signed by the
     right CA, naming another host)."""
-    return testing.TLSFiles(
+    return TLSFiles(
         ca_file=str(certs.ca_file),
         cert_file=str(certs.client_cert_file if as_client else certs.server_cert_file),
         key_file=str(certs.client_key_file if as_client else certs.server_key_file),

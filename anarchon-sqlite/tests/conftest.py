@@ -15,20 +15,10 @@ import pytest
 
 from anarchon import LeaseStore, MemoryStore, RunRecord
 from anarchon_sqlite import SQLiteStore, testing
-
-T0 = 1_800_000_000_000
-"""The manual clock's start, epoch ms."""
-
-
-class ManualClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
+from anarchon_test_support import (
+    T0,  # noqa: F401 - the rule tests import it from here
+    ManualClock,
+)
 
 
 class Harness:

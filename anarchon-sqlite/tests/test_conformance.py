@@ -16,6 +16,7 @@ class SQLiteHarness(BackendHarness):
     """A fresh database file per test, in its own temporary directory."""
 
     name = "sqlite"
+    host_clock = True  # every process sharing the file reads this host's clock (T1)
 
     async def setup(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="anarchon-conformance-"))

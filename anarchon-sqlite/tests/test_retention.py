@@ -1,6 +1,6 @@
 """L11 in steady state: a job whose history is full. Counting a job's runs walks up to
 history_limit index entries, so only about one win in history_limit / 16 (at most 64) counts and
-sweeps (`retention_check`), through single claims and `claim_many` alike."""
+sweeps (`anarchon_test_support.retention`), through single claims and `claim_many` alike."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from retention_check import LIMIT, check_full_history
 
 from anarchon_sqlite import SQLiteStore, testing
 from anarchon_sqlite._steps import SWEEP_MAX_ROWS
+from anarchon_test_support import LIMIT, check_full_history
 
 from .conftest import ManualClock
 

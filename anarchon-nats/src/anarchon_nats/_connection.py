@@ -1,4 +1,5 @@
-"""Connecting to NATS: the driver's arguments from the URL, and errors that never show a secret.
+"""Connecting to NATS: the driver's arguments from the URL, errors that never show a secret, and
+the open connection as the strategies use it (`Link`).
 
 The password (or token) is handed to nats-py as an argument, never inside the server URL, so no
 driver message can repeat it; every message anarchon builds is scrubbed of it as well.
@@ -8,20 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import nats.errors
 from nats.js.errors import APIError, NoStreamResponseError
 
 from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
-from anarchon._errors import tls_error
+from anarchon.backend import tls_error
 
-from ._answers import NotAnAnswer
-from ._options import NATSOptions
+from ._answers import Acks, NotAnAnswer
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js import JetStreamContext
+
+    from ._options import NATSOptions
+    from ._replies import Replies
 
 __all__ = [
     "DRIVER_ERRORS",
     "ConnectErrors",
+    "Link",
     "connect_kwargs",
     "refused_login",
     "refused_tls",
@@ -31,6 +40,8 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 4222
+JS_API = "$JS.API"
+"""The JetStream API's subject prefix (no domain), as nats-py's ``jetstream()`` uses it."""
 DRIVER_ERRORS = (nats.errors.Error, OSError, asyncio.TimeoutError, TimeoutError, ValueError)
 """What the driver raises (ValueError: an answer that is not JSON)."""
 
@@ -180,3 +191,34 @@ def translate(exc: BaseException, where: str, hidden: tuple[str, ...]) -> Anarch
             "(not shown); a claim may be resent with the same token"
         )
     return StoreUnavailable(f"NATS at {where} failed ({type(exc).__name__}: {detail})")
+
+
+@attrs.frozen
+class Link:
+    """An open connection, as claims and reads use it: the client, its JetStream context, the
+    store's reply subscription, and what every error message names."""
+
+    nc: Client
+    js: JetStreamContext
+    replies: Replies
+    stream: str
+    where: str
+    timeout: float
+    """Seconds a request may take."""
+    hidden: tuple[str, ...]
+    """The secrets no message may show."""
+    acks: Acks = attrs.field(init=False)
+    get_api: str = attrs.field(init=False)
+    """The subject of a message get on the stream."""
+
+    @acks.default
+    def _acks(self) -> Acks:
+        return Acks(self.stream)
+
+    @get_api.default
+    def _get_api(self) -> str:
+        return f"{JS_API}.STREAM.MSG.GET.{self.stream}"
+
+    def error(self, exc: BaseException) -> AnarchonError:
+        """The anarchon error for a driver error raised on this connection."""
+        return translate(exc, self.where, self.hidden)

@@ -17,6 +17,7 @@ __all__ = [
 ]
 
 STRATEGIES = ("msg-id", "expected-seq")
+"""The ``strategy`` values (one class each in `_strategies`)."""
 STORAGES = ("file", "memory")
 DEFAULT_DUPLICATE_WINDOW_MS = 600_000
 """msg-id: how long the stream remembers a ``job:slot`` message id (ten minutes)."""
@@ -120,8 +121,3 @@ class NATSOptions(StoreOptions):
     @property
     def stream_name(self) -> str:
         return self.stream or f"ANARCHON_{self.prefix}"
-
-    @property
-    def remembers_ms(self) -> int:
-        """How long the stream knows a run after its slot (T3)."""
-        return self.duplicate_window_ms if self.strategy == "msg-id" else self.max_age_ms

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from anarchon import Claim, ClaimRequest, Outcome, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import skip_record, skipped_claim
+from anarchon.backend import skip_record, skipped_claim
 
 __all__ = ["answer_from", "decode", "encode", "taken"]
 

@@ -1,35 +1,23 @@
 """`nats://` and `tls://`: claims decided by JetStream, without leases.
 
-msg-id (default): every instance publishes the claim for (job, slot) with the same
-``Nats-Msg-Id: <job>:<slot>``; the stream stores the first and answers the others with a
-duplicate acknowledgement carrying the stored message's sequence, which is read back and its token
-compared (C2). expected-seq: the claim goes to the slot's own subject with
-``Nats-Expected-Last-Subject-Sequence: 0``, which only the first publish passes; a refusal reads
-the subject's message back and compares tokens. A request with a `skip_reason` publishes, in the
-same way, a skip message (`_records`) that takes the slot: the ledger (S1) as NATS keeps it.
-
-A single claim's publish and read-back are requests on the store's own reply subscription
-(`_replies`), and their answers are read by `_answers`; nats-py's JetStream context serves the
-stream's setup and `history`.
+This module holds the connection's lifecycle: connecting (bounded, with errors that never show a
+secret), the driver's callbacks, the stream's setup on open, and close. Everything else is the
+strategy's (`_strategies`, chosen by the ``strategy`` option: msg-id or expected-seq), and the
+shared work is done by `_claim` (one claim and its read-back, on the store's own reply
+subscription `_replies`), `_batch` (`claim_many`) and `_history`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import json
 import logging
 import ssl
-import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import nats
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
-from nats.js.errors import APIError, NotFoundError
 
 from anarchon import (
     AnarchonError,
@@ -38,20 +26,17 @@ from anarchon import (
     ClaimRequest,
     ClaimStore,
     ConfigError,
-    Outcome,
     RunRecord,
-    StoreCorrupt,
     StoreOptions,
     StoreUnavailable,
     StoreURL,
 )
-from anarchon._runs import HistoryReader
+from anarchon.backend import structure_options
 
-from ._answers import Acks, OtherStream, read_stored
-from ._batch import publish_all
 from ._connection import (
     DRIVER_ERRORS,
     ConnectErrors,
+    Link,
     connect_kwargs,
     refused_tls,
     secrets,
@@ -59,10 +44,8 @@ from ._connection import (
     translate,
 )
 from ._options import NATSOptions
-from ._records import answer_from, decode, encode, taken
 from ._replies import Replies
-from ._stream import Subjects, ensure_stream
-from ._timing import judge_time
+from ._strategies import strategy_for
 
 __all__ = ["NATSStore"]
 
@@ -71,27 +54,6 @@ log = logging.getLogger("anarchon.nats")
 OPEN_STEPS = 8
 """Steps of `open`'s connect that may each take `timeout_ms`: two attempts of connect, INFO,
 TLS and the first PING."""
-JS_API = "$JS.API"
-"""The JetStream API's subject prefix (no domain), as nats-py's ``jetstream()`` uses it."""
-ERR_WRONG_LAST_SEQUENCE = 10071
-"""expected-seq: the slot's subject already holds a message."""
-ERR_DUPLICATE_IN_PROCESS = 10158
-"""A clustered stream has not decided a concurrent duplicate yet (HTTP-like code 409)."""
-CONFLICT_RETRIES = 8
-MSG_ID = "Nats-Msg-Id"
-EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-_FIRST_ON_SUBJECT = {EXPECTED_LAST_SUBJECT_SEQ: "0"}
-"""expected-seq's header, shared by every publish (nats-py does not change it)."""
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _in_process(exc: BaseException) -> bool:
-    return isinstance(exc, APIError) and (
-        exc.err_code == ERR_DUPLICATE_IN_PROCESS or (exc.code == 409 and exc.err_code is None)
-    )
 
 
 class NATSStore(ClaimStore):
@@ -115,21 +77,17 @@ class NATSStore(ClaimStore):
         self.where = shown_url(url)
         self._secrets = secrets(url)
         self._kwargs = connect_kwargs(url, options)
-        self.subjects = Subjects(options.prefix, options.strategy)
+        self.strategy = strategy_for(options)
+        """What a claim publishes and how it is read back (the ``strategy`` option)."""
         self.stream = options.stream_name
         self._timeout = options.timeout_ms / 1000
         self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-        self._replies: Replies | None = None
-        self._acks = Acks(self.stream)
-        self._get_api = f"{JS_API}.STREAM.MSG.GET.{self.stream}"
+        self._link: Link | None = None
         self._errors = ConnectErrors(self._secrets)
 
     @classmethod
     def create(cls, url: str, **options: object) -> NATSStore:
         """Build a store directly (tests, benchmarks); open it with ``await store.open()``."""
-        from anarchon._options import structure_options
-
         parsed = StoreURL.parse(url)
         merged = {**parsed.options(), **options}
         return cls(parsed, structure_options(NATSOptions, merged, where=f"{parsed.scheme}://"))
@@ -141,17 +99,7 @@ class NATSStore(ClaimStore):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=False,
-            self_recognition=True,
-            fencing=False,
-            overlap=False,
-            history=True,
-            store_clock=False,
-            skips=True,
-            batch=True,
-            remembers_ms=self.options.remembers_ms,
-        )
+        return self.strategy.capabilities
 
     # -- connection ------------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> AnarchonError:
@@ -205,23 +153,24 @@ class NATSStore(ClaimStore):
                 "password (not shown), and that the server runs with JetStream (-js)"
             ) from None
         nc.options["max_reconnect_attempts"] = -1
-        js = nc.jetstream(timeout=self._timeout)
         try:
-            await ensure_stream(js, self.options, self.where)
+            link = Link(
+                nc=nc,
+                js=nc.jetstream(timeout=self._timeout),
+                replies=Replies(nc),
+                stream=self.stream,
+                where=self.where,
+                timeout=self._timeout,
+                hidden=self._secrets,
+            )
+            await self.strategy.setup(link)
+            await link.replies.start()
         except BaseException as exc:
             await nc.close()
             if isinstance(exc, Exception):
                 raise self._error(exc) from None
             raise
-        replies = Replies(nc)
-        try:
-            await replies.start()
-        except BaseException as exc:
-            await nc.close()
-            if isinstance(exc, Exception):
-                raise self._error(exc) from None
-            raise
-        self._nc, self._js, self._replies = nc, js, replies
+        self._nc, self._link = nc, link
 
     async def _connect(self) -> Client:
         return await nats.connect(
@@ -244,231 +193,38 @@ class NATSStore(ClaimStore):
         )
 
     async def close(self) -> None:
-        nc, self._nc, self._js, self._replies = self._nc, None, None, None
+        nc, self._nc, self._link = self._nc, None, None
         if nc is not None and not nc.is_closed:
             await nc.close()
 
-    def _not_open(self) -> StoreUnavailable:
-        return StoreUnavailable(f"{self!r} is not open: await store.open() first")
+    def _opened(self) -> Link:
+        if self._link is None:
+            raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
+        return self._link
 
-    def _client(self) -> Client:
-        if self._nc is None:
-            raise self._not_open()
-        return self._nc
-
-    def _jetstream(self) -> JetStreamContext:
-        if self._js is None:
-            raise self._not_open()
-        return self._js
-
-    def _open_replies(self) -> Replies:
-        if self._replies is None:
-            raise self._not_open()
-        return self._replies
-
-    # -- claims ----------------------------------------------------------------------------------
-    def _judge_time(self, request: ClaimRequest) -> Claim | None:
-        """`late` or None by this instance's clock; `ConfigError` for a claim too far ahead of
-        its slot for the stream to remember it (C5, `_timing`)."""
-        return judge_time(request, _wall_ms(), self.options.remembers_ms, self.stream)
-
-    def _headers(self, request: ClaimRequest) -> dict[str, str]:
-        if self.options.strategy == "msg-id":
-            return {MSG_ID: f"{request.job}:{request.slot}"}
-        return _FIRST_ON_SUBJECT
-
-    def _captured(self, stream: object) -> StoreCorrupt:
-        """A claim stored by another stream: ours was deleted and another now takes the claims'
-        subjects, so read-backs (C2) would look in the wrong place."""
-        return StoreCorrupt(
-            f"NATS at {self.where}: stream {stream!r}, not {self.stream}, took a claim on "
-            f"{self.subjects.pattern}; stream {self.stream} was deleted or replaced: remove the "
-            "other stream's subjects or use another prefix"
-        )
-
+    # -- claims and reads: the strategy's ------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         """Publish the claim (C1: the stream stores one per run); a refusal or duplicate is read
         back and its token compared (C2). A request with a `skip_reason` publishes a skip in the
         same way: it takes the slot and answers `skipped`, and so does every later claim of the
-        slot (S1). `ConfigError` for a slot too far ahead (C5); `StoreUnavailable` on transport
-        errors."""
-        late = self._judge_time(request)
+        slot (S1). `late` with nothing published, by this instance's clock (T3, T4);
+        `ConfigError` for a slot too far ahead (C5); `StoreUnavailable` on transport errors."""
+        late = self.strategy.judge(request)
         if late is not None:
             return late
-        replies = self._open_replies()
-        subject = self.subjects.claim(request.job, request.slot)
-        body = encode(request)
-        try:
-            for attempt in range(CONFLICT_RETRIES):
-                try:
-                    answer = await replies.request(
-                        subject, body, self._headers(request), self._timeout
-                    )
-                    seq, duplicate = self._acks.read(answer)
-                except APIError as exc:
-                    if _in_process(exc):
-                        await asyncio.sleep(0.005 * 2**attempt)
-                        continue
-                    if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-                        return await self._read_back(request, None)
-                    raise
-                except OtherStream as exc:
-                    raise self._captured(exc.stream) from None
-                if duplicate:
-                    return await self._read_back(request, seq)
-                return taken(request, _wall_ms())
-        except AnarchonError:
-            raise
-        except DRIVER_ERRORS as exc:
-            raise self._error(exc) from None
-        raise StoreUnavailable(
-            f"NATS at {self.where}: stream {self.stream} has not decided a concurrent duplicate "
-            f"of {request.job}@{request.slot} yet; the claim may be resent with the same token"
-        )
-
-    async def _read_back(self, request: ClaimRequest, seq: int | None) -> Claim:
-        """The stored claim for the run: a skip is `skipped` (S1), mine is `won` (a resend, C2),
-        another token's is `lost`; gone (aged out or deleted) is `lost` as well, never `won`
-        (C3)."""
-        replies = self._open_replies()
-        if seq is not None:
-            query: dict[str, Any] = {"seq": seq}
-        else:
-            query = {"last_by_subj": self.subjects.claim(request.job, request.slot)}
-        try:
-            answer = await replies.request(
-                self._get_api, json.dumps(query).encode(), None, self._timeout
-            )
-            stored, data = read_stored(answer)
-        except NotFoundError:
-            return Claim(
-                outcome=Outcome.LOST,
-                reason=f"the stream knows the run was claimed, but its message is gone from "
-                f"stream {self.stream}",
-            )
-        record = decode(data, stream=self.stream, seq=stored)
-        if record.job != request.job or record.slot != request.slot:
-            raise StoreCorrupt(
-                f"message {stored} of stream {self.stream} holds {record.job}@{record.slot}, "
-                f"expected {request.job}@{request.slot}"
-            )
-        return answer_from(record, request)
+        return await self.strategy.claim(self._opened(), request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """Every claim published at once, the acknowledgements awaited together; duplicates and
         refusals are then read back as in `claim`. Answers are in the order of `requests`.
         A request too far ahead of its slot (C5) raises `ConfigError` before anything is sent."""
-        nc = self._client()
-        answers: list[Claim | None] = [self._judge_time(r) for r in requests]
-        todo = [i for i, answer in enumerate(answers) if answer is None]
-        try:
-            acks = await publish_all(
-                nc,
-                [
-                    (
-                        self.subjects.claim(requests[i].job, requests[i].slot),
-                        encode(requests[i]),
-                        self._headers(requests[i]),
-                    )
-                    for i in todo
-                ],
-                self._acks,
-                timeout=self._timeout,
-                where=self.where,
-            )
-        except AnarchonError:
-            raise
-        except DRIVER_ERRORS as exc:
-            raise self._error(exc) from None
-        again: dict[int, Any] = {}
-        for i, ack in zip(todo, acks, strict=True):
-            if isinstance(ack, tuple):
-                seq, duplicate = ack
-                if duplicate:
-                    again[i] = self._read_back(requests[i], seq)
-                else:
-                    answers[i] = taken(requests[i], _wall_ms())
-            elif isinstance(ack, APIError) and ack.err_code in (
-                ERR_WRONG_LAST_SEQUENCE,
-                ERR_DUPLICATE_IN_PROCESS,
-            ):
-                again[i] = self.claim(requests[i])
-            else:
-                for coroutine in again.values():
-                    coroutine.close()
-                if isinstance(ack, OtherStream):
-                    raise self._captured(ack.stream)
-                raise self._error(ack)
-        if again:
-            try:
-                decided = await asyncio.gather(*again.values())
-            except AnarchonError:
-                raise
-            except DRIVER_ERRORS as exc:
-                raise self._error(exc) from None
-            for i, claim in zip(again, decided, strict=True):
-                answers[i] = claim
-        result = [a for a in answers if a is not None]
-        assert len(result) == len(requests)
-        return result
+        return await self.strategy.claim_many(self._opened(), requests)
 
-    # -- reads -----------------------------------------------------------------------------------
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         """The job's claims still in the stream (kept for ``max_age_ms``), newest slot first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
-        js = self._jetstream()
-        subject = self.subjects.job(job)
-        try:
-            info = await js.stream_info(self.stream, subjects_filter=subject)
-            total = sum((info.state.subjects or {}).values())
-            if total == 0 or limit == 0:
-                return []
-            newest: list[tuple[int, int, RunRecord]] = []
-            # A message that is not one of ours is reported with the runs (`DamagedHistory`),
-            # the first `limit` of them.
-            reader = HistoryReader(job)
-            sub = await js.subscribe(
-                subject,
-                stream=self.stream,
-                ordered_consumer=True,
-                deliver_policy=DeliverPolicy.ALL,
-            )
-            try:
-                while True:
-                    msg = await sub.next_msg(timeout=self._timeout)
-                    meta = msg.metadata
-                    seq = meta.sequence.stream
-                    try:
-                        run = decode(msg.data, stream=self.stream, seq=seq, when=meta.timestamp)
-                        if run.job != job:
-                            raise StoreCorrupt(
-                                f"message {seq} of stream {self.stream} on subject "
-                                f"{msg.subject} holds a claim of job {run.job!r}, not {job!r}: "
-                                "another program published it; remove the message"
-                            )
-                    except StoreCorrupt as exc:
-                        if len(reader.damaged) < limit:
-                            reader.damage(
-                                f"message {seq} of stream {self.stream}",
-                                str(exc),
-                                slot=self.subjects.slot_of(msg.subject),
-                            )
-                    else:
-                        item = (run.slot, seq, run)
-                        if len(newest) < limit:
-                            heapq.heappush(newest, item)
-                        else:
-                            heapq.heappushpop(newest, item)
-                    if meta.num_pending == 0:
-                        break
-            finally:
-                await sub.unsubscribe()
-        except AnarchonError:
-            raise
-        except DRIVER_ERRORS as exc:
-            raise self._error(exc) from None
-        return reader.result([run for _, _, run in sorted(newest, reverse=True)])
+        return await self.strategy.history(self._opened(), job, limit)
 
     async def now_ms(self) -> int | None:
         """None: NATS offers no clock; lateness is judged by the instance's clock (T4)."""

@@ -1,15 +1,15 @@
-"""The claims stream: its subjects, its settings, and creating or checking it on open.
+"""The claims stream: its settings, and creating or checking it on open.
 
-One stream per prefix. Its subjects have the strategy's shape, so two strategies can never share
-a stream (they would not see each other's claims): ``<prefix>.*.claims`` for msg-id,
-``<prefix>.*.slot.*`` for expected-seq. An existing stream with other settings is refused with a
+One stream per prefix. Its subjects have the strategy's shape (`Strategy.pattern`), so two
+strategies can never share a stream (they would not see each other's claims):
+``<prefix>.*.claims`` for msg-id, ``<prefix>.*.slot.*`` for expected-seq. An existing stream with other settings is refused with a
 `ConfigError` and left as it is: changing a duplicate window or an age would make NATS forget
 claims.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -17,47 +17,22 @@ from nats.js.errors import APIError, NotFoundError
 
 from anarchon import ConfigError
 
-from ._options import NATSOptions
+if TYPE_CHECKING:
+    from ._options import NATSOptions
+    from ._strategies import Strategy
 
-__all__ = ["Subjects", "ensure_stream", "stream_config"]
+__all__ = ["check_config", "ensure_stream", "stream_config"]
 
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_SUBJECTS_OVERLAP = 10065
 
 
-class Subjects:
-    """Subject names of one prefix and strategy."""
-
-    def __init__(self, prefix: str, strategy: str) -> None:
-        self.prefix = prefix
-        self.strategy = strategy
-        self.pattern = f"{prefix}.*.claims" if strategy == "msg-id" else f"{prefix}.*.slot.*"
-
-    def claim(self, job: str, slot: int) -> str:
-        if self.strategy == "msg-id":
-            return f"{self.prefix}.{job}.claims"
-        return f"{self.prefix}.{job}.slot.{slot}"
-
-    def job(self, job: str) -> str:
-        """Every claim of `job`, as a filter."""
-        if self.strategy == "msg-id":
-            return f"{self.prefix}.{job}.claims"
-        return f"{self.prefix}.{job}.slot.*"
-
-    def slot_of(self, subject: str) -> int | None:
-        """The slot a claim subject names (expected-seq), or None (msg-id, or not a slot)."""
-        last = subject.rsplit(".", 1)[-1]
-        if self.strategy == "msg-id" or not (last.isascii() and last.isdigit()) or len(last) > 19:
-            return None
-        return int(last)
-
-
-def stream_config(options: NATSOptions) -> StreamConfig:
-    msg_id = options.strategy == "msg-id"
+def stream_config(strategy: Strategy, options: NATSOptions) -> StreamConfig:
+    window = strategy.duplicate_window_ms
     return StreamConfig(
         name=options.stream_name,
         description=f"anarchon claims of prefix {options.prefix} (strategy {options.strategy})",
-        subjects=[Subjects(options.prefix, options.strategy).pattern],
+        subjects=[strategy.pattern],
         retention=RetentionPolicy.LIMITS,
         discard=DiscardPolicy.OLD,
         max_msgs=-1,
@@ -66,14 +41,14 @@ def stream_config(options: NATSOptions) -> StreamConfig:
         max_age=options.max_age_ms / 1000,
         storage=StorageType.FILE if options.storage == "file" else StorageType.MEMORY,
         num_replicas=options.replicas,
-        # expected-seq sends no message ids: the server's default window applies.
-        duplicate_window=options.duplicate_window_ms / 1000 if msg_id else 0,
+        # A strategy that sends no message ids leaves the server's default window (0).
+        duplicate_window=window / 1000 if window else 0,
     )
 
 
-def _wanted(options: NATSOptions) -> dict[str, Any]:
+def _wanted(strategy: Strategy, options: NATSOptions) -> dict[str, Any]:
     """The settings anarchon relies on, as the server reports them."""
-    config = stream_config(options)
+    config = stream_config(strategy, options)
     wanted: dict[str, Any] = {
         "subjects": config.subjects,
         "retention": "limits",
@@ -87,8 +62,8 @@ def _wanted(options: NATSOptions) -> dict[str, Any]:
         "no_ack": False,
         "sealed": False,
     }
-    if options.strategy == "msg-id":
-        wanted["duplicate_window_ms"] = options.duplicate_window_ms
+    if strategy.duplicate_window_ms:
+        wanted["duplicate_window_ms"] = strategy.duplicate_window_ms
     return wanted
 
 
@@ -111,9 +86,11 @@ def _actual(config: StreamConfig) -> dict[str, Any]:
     }
 
 
-def check_config(options: NATSOptions, config: StreamConfig, where: str) -> None:
+def check_config(
+    strategy: Strategy, options: NATSOptions, config: StreamConfig, where: str
+) -> None:
     """`ConfigError` naming every setting of the existing stream that differs from ours."""
-    wanted, actual = _wanted(options), _actual(config)
+    wanted, actual = _wanted(strategy, options), _actual(config)
     wrong = [f"{k} is {actual[k]!r}, expected {v!r}" for k, v in wanted.items() if actual[k] != v]
     if wrong:
         hint = ""
@@ -128,7 +105,9 @@ def check_config(options: NATSOptions, config: StreamConfig, where: str) -> None
         )
 
 
-async def ensure_stream(js: JetStreamContext, options: NATSOptions, where: str) -> None:
+async def ensure_stream(
+    js: JetStreamContext, strategy: Strategy, options: NATSOptions, where: str
+) -> None:
     """Create the stream, or check the one that exists. Safe when many instances start at once:
     creating a stream with the same settings twice is a no-op for the server."""
     name = options.stream_name
@@ -136,7 +115,7 @@ async def ensure_stream(js: JetStreamContext, options: NATSOptions, where: str) 
         info = await js.stream_info(name)
     except NotFoundError:
         try:
-            info = await js.add_stream(stream_config(options))
+            info = await js.add_stream(stream_config(strategy, options))
         except APIError as exc:
             if exc.err_code not in (ERR_SUBJECTS_OVERLAP, ERR_STREAM_NAME_IN_USE):
                 raise
@@ -147,8 +126,8 @@ async def ensure_stream(js: JetStreamContext, options: NATSOptions, where: str) 
             except NotFoundError:
                 raise ConfigError(
                     f"NATS at {where}: cannot create stream {name}: its subjects "
-                    f"{stream_config(options).subjects} overlap another stream's "
+                    f"{[strategy.pattern]} overlap another stream's "
                     f"({exc.description}). Use another prefix, or remove the other stream's "
                     "subjects"
                 ) from None
-    check_config(options, info.config, where)
+    check_config(strategy, options, info.config, where)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from anarchon import Claim, ClaimRequest, Outcome, Overlap, StoreCorrupt
-from anarchon._leases import keep_until
+from anarchon.backend import keep_until
 
 from ._rows import claim_from_answer
 

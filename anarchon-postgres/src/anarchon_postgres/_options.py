@@ -17,7 +17,7 @@ from cattrs.gen import make_dict_structure_fn
 from psycopg import pq
 
 from anarchon import ConfigError, DurationMsOrZero, StoreOptions
-from anarchon._options import converter
+from anarchon.backend import converter
 
 __all__ = ["IDENTIFIER_RULE", "MAX_POOL_SIZE", "PostgresOptions", "check_identifier"]
 

@@ -1,16 +1,23 @@
-"""What both claim functions' bodies share: the answer they print, the reasons of the skips they
-record (the texts of `anarchon._leases`, to the character), the retention sweep, the lock timeout
-and the quoting of a body.
+"""What both claim functions' bodies share: the loading of their text from ``_sql/``, the answer
+they print, the reasons of the skips they record (the texts of `anarchon.backend.late_reason`
+and `overlap_reason`, to the character), the retention sweep, the lock timeout.
 
-Every helper returns SQL text (trusted: the functions' own variables and column names) for a
-body that `_function` or `_batch` formats afterwards, so it must hold no braces but theirs.
+The bodies are ``.sql`` files beside the code (``_sql/claim.sql``, ``_sql/claim_many.sql``, and
+``_sql/sweep.sql`` which both include), as the Redis backend keeps its ``.lua``. Their
+placeholders are filled with `psycopg.sql`: names as quoted identifiers (validated to
+``[A-Za-z_][A-Za-z0-9_]*`` by the options, so no name can close the ``$anarchon$`` quote of a
+body), numbers as literals, and the expressions built here (trusted: the functions' own
+variables and column names). Every helper returns such SQL text for a body that `_function` or
+`_many_function` formats afterwards, so it must hold no braces but theirs.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
+
 from psycopg import sql
 
-from anarchon._leases import SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
+from anarchon.backend import SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
 
 __all__ = [
     "ANSWER_FIELDS",
@@ -19,8 +26,8 @@ __all__ = [
     "late_reason",
     "lock_timeout_setting",
     "overlap_reason",
-    "quoted_body",
     "run_answer",
+    "source",
     "sweep_job",
     "sweeps_now",
 ]
@@ -38,13 +45,13 @@ _TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)
 
 
 def late_reason(age: str, max_late: str) -> str:
-    """SQL for `anarchon._leases.late_reason`'s text of a late slot (L1), from the slot's age
+    """SQL for `anarchon.backend.late_reason`'s text of a late slot (L1), from the slot's age
     and max_late in ms (integer expressions, printed as Python prints an int)."""
     return f"format('late: slot is %s ms old, max_late is %s ms', {age}, {max_late})"
 
 
 def overlap_reason(holding_slot: str) -> str:
-    """SQL for `anarchon._leases.overlap_reason`'s text, naming the slot holding a live lease."""
+    """SQL for `anarchon.backend.overlap_reason`'s text, naming the slot holding a live lease."""
     return (
         "format('overlap: slot %s of this job holds a live lease and overlap is ''skip''', "
         f"{holding_slot})"
@@ -73,37 +80,25 @@ def run_answer(run: str, token: str) -> str:
     return answer(outcome, *columns, "v_now", "NULL", f"{run}token", f"{run}holder", reason=reason)
 
 
-_SWEEP = """
-SELECT count(*) INTO v_count FROM (
-    SELECT 1 FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB LIMIT $LIMIT + {sweep}) c;
-v_excess := least(v_count - $LIMIT, {sweep});
-v_last := NULL;
-IF v_excess > 0 THEN
-    FOR v_oldest IN
-        SELECT x.slot, x.status, x.lease_until, x.keep_until FROM {runs} x
-        WHERE x.prefix = $PREFIX AND x.job = $JOB ORDER BY x.slot LIMIT v_excess
-    LOOP
-        EXIT WHEN NOT (v_oldest.keep_until < v_now AND NOT (
-            v_oldest.status = 'running' AND coalesce(v_oldest.lease_until >= v_now, false)));
-        v_last := v_oldest.slot;
-    END LOOP;
-    IF v_last IS NOT NULL THEN
-        DELETE FROM {runs} x WHERE x.prefix = $PREFIX AND x.job = $JOB AND x.slot <= v_last;
-        UPDATE {jobs} j SET floor = greatest(j.floor, v_last)
-            WHERE j.prefix = $PREFIX AND j.job = $JOB;
-    END IF;
-END IF;
-"""
+def source(name: str) -> str:
+    """The text of ``_sql/<name>`` without its header: the comment lines it starts with. What
+    follows them (from the blank line that ends the header) is the statement as PostgreSQL gets
+    it, placeholders aside."""
+    text = files("anarchon_postgres").joinpath("_sql").joinpath(name).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    start = 0
+    while start < len(lines) and lines[start].startswith("--"):
+        start += 1
+    return "\n".join(lines[start:])
 
 
 def sweep_job(prefix: str, job: str, history_limit: str, indent: int) -> str:
-    """PL/pgSQL of the L11 sweep of one job, for both claim functions' bodies (before they are
-    formatted: it holds their ``{runs}``, ``{jobs}`` and ``{sweep}``): count the job's runs up
-    to the limit plus `SWEEP_MAX_ROWS`, and delete the oldest beyond the limit while they are
-    past ``keep_until`` and hold no live lease, raising the job's floor. Skip records are runs
-    here like any other. Uses the variables v_now, v_count, v_excess, v_oldest and v_last; the
-    arguments are SQL expressions."""
-    text = _SWEEP.replace("$PREFIX", prefix).replace("$JOB", job).replace("$LIMIT", history_limit)
+    """PL/pgSQL of the L11 sweep of one job (``_sql/sweep.sql``), for both claim functions'
+    bodies (before they are formatted: it holds their ``{runs}``, ``{jobs}`` and ``{sweep}``),
+    indented by `indent` spaces. The arguments are SQL expressions for its ``$PREFIX``,
+    ``$JOB`` and ``$LIMIT``."""
+    text = source("sweep.sql")
+    text = text.replace("$PREFIX", prefix).replace("$JOB", job).replace("$LIMIT", history_limit)
     pad = " " * indent
     return "\n".join(pad + line if line else line for line in text.strip("\n").split("\n"))
 
@@ -112,7 +107,7 @@ def sweeps_now(job: str, slot: str, history_limit: str) -> sql.SQL:
     """The SQL condition "this claim does the job's retention sweep": true for about one claim in
     ``clamp(history_limit / 16, 1, SWEEP_EVERY_MAX)``, picked by a hash of (job, slot), so that
     the same claim always decides alike and jobs of one slot do not all sweep at once (the rate
-    of `anarchon._leases.sweep_every`). Arguments are SQL expressions (trusted: the functions'
+    of `anarchon.backend.sweep_every`). Arguments are SQL expressions (trusted: the functions'
     own variables)."""
     every = f"greatest(1, least({SWEEP_EVERY_MAX}, {history_limit} / {SWEEP_EVERY_DIVISOR}))"
     return sql.SQL(f"mod((hashtext({job}) # hashint8({slot})) & 2147483647, {every}) = 0")
@@ -126,9 +121,3 @@ def lock_timeout_setting(ms: int) -> str:
         if ms and ms % size == 0:
             return f"{ms // size}{unit}"
     return f"{ms}ms" if ms else "0"
-
-
-def quoted_body(body: sql.Composable) -> sql.Composed:
-    """A function body as a dollar-quoted string: identifiers are validated to [A-Za-z0-9_], so
-    the quote tag cannot occur inside it."""
-    return sql.Composed([sql.SQL("$anarchon$"), body, sql.SQL("$anarchon$")])

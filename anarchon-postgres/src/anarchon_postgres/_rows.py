@@ -12,7 +12,7 @@ import attrs
 from psycopg import AsyncConnection, sql
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import claim_from_outcome
+from anarchon.backend import claim_from_outcome
 
 from ._names import Names
 

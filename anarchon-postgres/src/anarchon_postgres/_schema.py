@@ -20,6 +20,7 @@ from anarchon import ConfigError, StoreCorrupt
 
 from ._code import functions_found, install, signatures, warn_not_owned
 from ._names import Names
+from ._plpgsql import source
 
 __all__ = [
     "COMPONENT",
@@ -65,46 +66,17 @@ def _columns(names: Names) -> dict[str, dict[str, str]]:
 
 
 def _create(names: Names) -> list[sql.Composed]:
-    return [
-        sql.SQL(
-            """CREATE TABLE {runs} (
-                prefix text NOT NULL,
-                job text NOT NULL,
-                slot bigint NOT NULL,
-                status text NOT NULL,
-                attempt integer NOT NULL,
-                token text NOT NULL,
-                holder text NOT NULL,
-                claimed_at bigint,
-                lease_until bigint,
-                finished_at bigint,
-                error text,
-                keep_until bigint NOT NULL,
-                PRIMARY KEY (prefix, job, slot)
-            )"""
-        ).format(runs=names.runs),
-        # L1 overlap: "another slot of the job running with lease_until >= now" is one seek.
-        sql.SQL(
-            "CREATE INDEX {index} ON {runs} (prefix, job, lease_until) WHERE status = 'running'"
-        ).format(index=sql.Identifier(f"{names.table}_live"), runs=names.runs),
-        sql.SQL(
-            """CREATE TABLE {jobs} (
-                prefix text NOT NULL,
-                job text NOT NULL,
-                floor bigint,
-                PRIMARY KEY (prefix, job)
-            )"""
-        ).format(jobs=names.jobs),
-        sql.SQL(
-            """CREATE TABLE {version} (
-                component text NOT NULL PRIMARY KEY,
-                version integer NOT NULL
-            )"""
-        ).format(version=names.version),
-        sql.SQL("INSERT INTO {version} (component, version) VALUES ({c}, {v})").format(
-            version=names.version, c=sql.Literal(COMPONENT), v=sql.Literal(SCHEMA_VERSION)
-        ),
-    ]
+    """The statements of ``_sql/tables.sql``, each formatted with the quoted names."""
+    values = {
+        "runs": names.runs,
+        "jobs": names.jobs,
+        "version": names.version,
+        "index": sql.Identifier(f"{names.table}_live"),
+        "component": sql.Literal(COMPONENT),
+        "schema_version": sql.Literal(SCHEMA_VERSION),
+    }
+    statements = (s.strip() for s in source("tables.sql").split(";\n"))
+    return [sql.SQL(s).format(**values) for s in statements if s]
 
 
 _CATALOG = """

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import functools
-import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
+import attrs
 import psycopg
-from psycopg import AsyncConnection, AsyncCursor
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from anarchon import (
     Capabilities,
@@ -23,15 +20,13 @@ from anarchon import (
     RunStatus,
     StoreCorrupt,
     StoreOptions,
-    StoreUnavailable,
     StoreURL,
 )
-from anarchon._leases import keep_until
-from anarchon._runs import HistoryReader
+from anarchon.backend import LEASE_STORE, HistoryReader, keep_until, structure_options
 
 from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
-from ._connection import connection_kwargs, libpq_conninfo
-from ._errors import RETRYABLE, shown_url, translate
+from ._connection import Connections, Cursor, libpq_conninfo
+from ._errors import shown_url, translate
 from ._names import Names
 from ._options import PostgresOptions
 from ._plpgsql import lock_timeout_setting
@@ -40,18 +35,10 @@ from ._schema import ensure_schema
 
 __all__ = ["PostgresStore"]
 
-log = logging.getLogger("anarchon.postgres")
-
 Clock = Callable[[], int]
-Conn = AsyncConnection[tuple[Any, ...]]
-Cursor = AsyncCursor[tuple[Any, ...]]
-T = TypeVar("T")
-
-POOL_TIMEOUT_S = 10.0
-"""Longest a call waits for a pooled connection before `StoreUnavailable`."""
-RETRIES = 3
-"""Resends of a statement rolled back by a serialization failure or deadlock (C2 makes it safe)."""
 _INLINE_CLOSE = INLINE_CLOSE.encode()
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
+"""Every rule by the server's clock, and batches (`claim_many`)."""
 
 
 class PostgresStore(LeaseStore):
@@ -80,8 +67,17 @@ class PostgresStore(LeaseStore):
         self._sql = Statements.build(self.names, self._lock_timeout)
         self._encoding = "utf-8"
         """The connections' client encoding (as Python names it), for requests sent inline."""
-        self._pool: AsyncConnectionPool[Conn] | None = None
-        self._cursors: dict[Conn, Cursor] = {}
+        self._db = Connections(
+            self._conninfo,
+            options,
+            pool_name=f"anarchon-{self.names.table}",
+            name=repr(self),
+            where=self.where,
+            error=self._error,
+        )
+        self._fetchone = self._db.fetchone
+        self._fetchall = self._db.fetchall
+        self._execute = self._db.execute
         self.answers_where = f"table {self.names.shown(self.names.table)} at {self.where}"
         """How an error about a claim function's answer names it."""
         # The fields of every packed claim request that do not depend on the request.
@@ -90,8 +86,6 @@ class PostgresStore(LeaseStore):
     @classmethod
     def create(cls, url: str, *, clock: Clock | None = None, **options: object) -> PostgresStore:
         """Build a store directly (tests, examples); open it with ``await store.open()``."""
-        from anarchon._options import structure_options
-
         parsed = StoreURL.parse(url)
         merged = {**parsed.options(), **options}
         opts = structure_options(PostgresOptions, merged, where=f"{parsed.scheme}://")
@@ -102,17 +96,7 @@ class PostgresStore(LeaseStore):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=True,
-            self_recognition=True,
-            fencing=True,
-            overlap=True,
-            history=True,
-            store_clock=True,
-            skips=True,
-            batch=True,
-            remembers_ms=None,
-        )
+        return _CAPABILITIES
 
     # -- connections -------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> Exception:
@@ -125,12 +109,9 @@ class PostgresStore(LeaseStore):
         `StoreUnavailable` when the server cannot be reached or refuses the login (the message
         names the URL without its password), `StoreCorrupt` when the tables are not ours,
         `ConfigError` when the user lacks a permission."""
-        if self._pool is not None:
+        if self._db.pool is not None:
             return
-        try:
-            conn = await AsyncConnection.connect(self._conninfo, **connection_kwargs())
-        except (psycopg.Error, OSError) as exc:
-            raise self._error(exc) from None
+        conn = await self._db.connect()
         try:
             await ensure_schema(conn, self.names)
             self._sql = self._sql.rendered(conn)
@@ -139,100 +120,10 @@ class PostgresStore(LeaseStore):
             raise self._error(exc) from None
         finally:
             await conn.close()
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self._conninfo,
-            min_size=self.options.pool_min_size,
-            max_size=self.options.pool_max_size,
-            kwargs=connection_kwargs(),
-            open=False,
-            name=f"anarchon-{self.names.table}",
-            timeout=POOL_TIMEOUT_S,
-            reconnect_timeout=60.0,
-        )
-        try:
-            await pool.open(wait=self.options.pool_min_size > 0, timeout=POOL_TIMEOUT_S)
-        except (PoolTimeout, psycopg.Error) as exc:
-            await pool.close()
-            raise self._error(exc) from None
-        self._pool = pool
+        await self._db.open()
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        self._cursors.clear()
-        if pool is not None:
-            await pool.close()
-
-    def _cursor(self, conn: Conn) -> Cursor:
-        """The store's cursor on `conn`, made once per connection (a new psycopg cursor per call
-        costs a claim more client time than a parameter does)."""
-        cursor = self._cursors.get(conn)
-        if cursor is None:
-            # Forget the cursors of connections the pool has closed since.
-            for old in [c for c in self._cursors if c.closed]:
-                del self._cursors[old]
-            cursor = self._cursors[conn] = conn.cursor()
-        return cursor
-
-    async def _run(self, step: Callable[[Cursor], Awaitable[T]]) -> T:
-        """Run `step` with the cursor of a pooled connection, within `POOL_TIMEOUT_S` of waiting
-        for one.
-
-        A connection that broke while idle in the pool (a server restart) fails at once; the step
-        is then resent on the next connection (every call is safe to resend: C2, for finish
-        too), until the pool runs out of stale connections. A statement rolled back by a
-        serialization failure or deadlock is resent up to `RETRIES` times. (``getconn`` and
-        ``putconn`` rather than the pool's ``connection()`` context: every statement is
-        autocommit, so there is no transaction to end, and the context manager costs a claim as
-        much as a parameter.)"""
-        pool = self._pool
-        if pool is None:
-            raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
-        deadline = time.monotonic() + POOL_TIMEOUT_S
-        rolled_back = 0
-        broken = 0
-        while True:
-            try:
-                conn = await pool.getconn(timeout=max(deadline - time.monotonic(), 0.01))
-            except (PoolTimeout, psycopg.Error) as exc:
-                raise self._error(exc) from None
-            try:
-                return await step(self._cursor(conn))
-            except RETRYABLE as exc:
-                rolled_back += 1
-                if rolled_back > RETRIES:
-                    raise self._error(exc) from None
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                # Only a connection-level failure (no SQLSTATE) is resent: a timeout is not.
-                broken += 1
-                if exc.sqlstate is not None or broken > self.options.pool_max_size:
-                    raise self._error(exc) from None
-                log.info("PostgreSQL at %s: a pooled connection broke; resending", self.where)
-            except psycopg.Error as exc:
-                raise self._error(exc) from None
-            finally:
-                await pool.putconn(conn)
-
-    async def _fetchone(self, query: Any, params: Sequence[Any] | None) -> tuple[Any, ...]:
-        async def step(cur: Cursor) -> tuple[Any, ...]:
-            await cur.execute(query, params)
-            row = await cur.fetchone()
-            assert row is not None
-            return row
-
-        return await self._run(step)
-
-    async def _execute(self, query: Any, params: Sequence[Any]) -> None:
-        async def step(cur: Cursor) -> None:
-            await cur.execute(query, params)
-
-        await self._run(step)
-
-    async def _fetchall(self, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        async def step(cur: Cursor) -> list[tuple[Any, ...]]:
-            await cur.execute(query, params)
-            return await cur.fetchall()
-
-        return await self._run(step)
+        await self._db.close()
 
     def _now_param(self) -> int | None:
         return None if self.clock is None else self.clock()
@@ -347,7 +238,7 @@ class PostgresStore(LeaseStore):
             await cur.execute(statement, params)
             return cur.rowcount == 1
 
-        return await self._run(step)
+        return await self._db.run(step)
 
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
         return await self._update(self._sql.renew, (self._now_param(), lease_ms), job, slot, token)

@@ -15,7 +15,7 @@ import aiormq
 from aiormq.abc import AbstractChannel, AbstractConnection
 
 from anarchon import AnarchonError, ConfigError, StoreUnavailable, StoreURL, redact
-from anarchon._errors import tls_error
+from anarchon.backend import tls_error
 
 from ._options import RabbitMQOptions
 from ._queues import WARM_UP, probe_name

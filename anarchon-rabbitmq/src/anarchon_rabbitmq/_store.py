@@ -29,6 +29,7 @@ from anarchon import (
     StoreUnavailable,
     StoreURL,
 )
+from anarchon.backend import judge_window, structure_options
 
 from ._link import Link, broken, ignore_result
 from ._options import RabbitMQOptions
@@ -39,7 +40,6 @@ from ._queues import (
     queue_arguments,
     queue_name,
 )
-from ._timing import judge_time
 
 __all__ = ["RabbitMQStore"]
 
@@ -75,7 +75,8 @@ class RabbitMQStore(ClaimStore):
 
     No store clock: lateness is judged by this instance's clock (T4), and a slot older than
     `Capabilities.remembers_ms` is `late` whatever ``max_late`` says, because the broker may have
-    forgotten it; a slot too far ahead is refused (C5, `_timing`).
+    forgotten it; a slot too far ahead is refused (C5, `anarchon.backend.judge_window`): when a
+    queue made now could expire before ``slot + max_late_ms``.
 
     A request with a `skip_reason` fills the queue with a skip message carrying the reason
     (``"skip"`` in the body): it answers `skipped`, and nobody can win the slot after it.
@@ -113,8 +114,6 @@ class RabbitMQStore(ClaimStore):
     @classmethod
     def create(cls, url: str, **options: object) -> RabbitMQStore:
         """Build a store directly (tests, examples); open it with ``await store.open()``."""
-        from anarchon._options import structure_options
-
         parsed = StoreURL.parse(url)
         merged = {**parsed.options(), **options}
         opts = structure_options(RabbitMQOptions, merged, where=f"{parsed.scheme}://")
@@ -214,13 +213,16 @@ class RabbitMQStore(ClaimStore):
         whose message then holds the slot, so that nobody can win it; later claims answer
         `lost`: a claim queue is never read). `late` without touching the broker by this
         instance's clock; `ConfigError` for a slot so far ahead that its queue could expire
-        while the slot can still be claimed (C5, `_timing`)."""
+        while the slot can still be claimed (C5, `anarchon.backend.judge_window`)."""
         now = _wall_ms()
-        late = judge_time(
+        late = judge_window(
             request,
             now,
-            slot_ttl_ms=self.options.slot_ttl_ms,
             remembers_ms=self.options.slot_ttl_ms - self.prepare_ahead_ms,
+            memory=f"RabbitMQ (slot_ttl {self.options.slot_ttl_ms} ms less the preparation lead)",
+            # A queue this claim makes lives slot_ttl_ms; one `prepare` made earlier (at most
+            # prepare_ahead_ms before the slot) lives to slot + remembers_ms.
+            written_ms=self.options.slot_ttl_ms,
         )
         if late is not None:
             return late

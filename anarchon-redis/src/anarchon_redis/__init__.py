@@ -2,7 +2,8 @@
 
 ``strategy=lease`` (default) decides L1-L11 in one Lua script on Redis TIME, with leases and
 fencing; ``stream-id``, ``idmp`` (Redis 8.6+) and ``script`` are no-lease strategies on a stream
-per job. `anarchon_redis.testing` holds the conformance backdoors.
+per job. Each strategy is a class in ``_strategies/``; the store classes below hold the
+connection and hand claims to it. `anarchon_redis.testing` holds the conformance backdoors.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ from typing import TYPE_CHECKING
 from anarchon.plugins import lazy_exports
 
 if TYPE_CHECKING:
-    from ._idmp import IdmpStore
     from ._keys import JobKeys
-    from ._lease import RedisLeaseStore
     from ._options import STRATEGIES, RedisOptions
-    from ._script import ScriptStore
-    from ._store import RedisStore
-    from ._stream_id import StreamIdStore
+    from ._store import IdmpStore, RedisLeaseStore, RedisStore, ScriptStore, StreamIdStore
 
 __all__ = [
     "STRATEGIES",
@@ -35,13 +32,13 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "IdmpStore": "._idmp",
+        "IdmpStore": "._store",
         "JobKeys": "._keys",
-        "RedisLeaseStore": "._lease",
+        "RedisLeaseStore": "._store",
         "STRATEGIES": "._options",
         "RedisOptions": "._options",
-        "ScriptStore": "._script",
+        "ScriptStore": "._store",
         "RedisStore": "._store",
-        "StreamIdStore": "._stream_id",
+        "StreamIdStore": "._store",
     },
 )

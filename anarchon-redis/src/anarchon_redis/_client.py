@@ -15,8 +15,14 @@ import redis.exceptions as rex
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from anarchon import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable, StoreURL
-from anarchon._errors import tls_error
+from anarchon.backend import (
+    AnarchonError,
+    ConfigError,
+    StoreCorrupt,
+    StoreUnavailable,
+    StoreURL,
+    tls_error,
+)
 
 from . import _wire as wire
 from ._keys import JobKeys

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from anarchon import ConfigError, DurationMs, StoreOptions
+from anarchon.backend import ConfigError, DurationMs, StoreOptions
 
 __all__ = [
     "DEFAULT_DURATION_SEC",

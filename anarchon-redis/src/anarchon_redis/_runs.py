@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import re
 
-from anarchon import RunRecord, RunStatus, StoreCorrupt
-from anarchon._names import shown
+from anarchon.backend import RunRecord, RunStatus, StoreCorrupt, shown
 
 __all__ = ["FIELDS", "run_fields", "run_from_value", "run_value"]
 

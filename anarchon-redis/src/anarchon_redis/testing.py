@@ -10,37 +10,31 @@ store's prefix option.
 * `set_run_field(client, prefix, job, slot, name, value)`: change one field of a stored run.
 * `floor(client, prefix, job)`: the job's forgotten floor (L11), or None.
 * `delete_prefix(client, prefix)`: delete every key of a prefix (SCAN, never FLUSHALL).
-* `start_tls_server(TLSFiles(...))`: a private TLS-only ``redis-server`` (``rediss://``).
+
+These are what a harness certifying Redis with the conformance kit needs besides a server URL.
+The private servers the package's own tests start (Redis 8.6, Valkey, TLS-only) are launched by
+``anarchon-redis/tests/redis_servers.py``, which is not part of the wheel.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
 
-from anarchon import RunRecord
+from anarchon.backend import RunRecord
 
 from ._keys import JobKeys
 from ._runs import run_fields, run_from_value, run_value
-from ._servers import NoTLS, TLSFiles
-from ._streams import record_from_entry
-
-if TYPE_CHECKING:
-    from ._servers import PrivateServer
+from ._strategies.streams import record_from_entry
 
 __all__ = [
-    "NoTLS",
-    "TLSFiles",
     "delete_prefix",
     "floor",
     "force_expire",
-    "missing_server_reason",
-    "private_server_url",
     "raw_claim",
     "raw_run",
     "set_run_field",
-    "start_tls_server",
 ]
 
 
@@ -95,36 +89,3 @@ async def delete_prefix(client: aioredis.Redis, prefix: str) -> int:
     async for key in client.scan_iter(match=f"{{{prefix}:*", count=500):
         deleted += await client.delete(key)
     return deleted
-
-
-def private_server_url(kind: str) -> str | None:
-    """URL of a private server of `kind` (``redis86`` for idmp, ``valkey``), started on a free
-    port on first use and stopped at exit; None when ``scripts/redis-servers`` has not installed
-    its binary."""
-    from ._servers import private_server
-
-    server = private_server(kind)
-    return None if server is None else server.url
-
-
-def start_tls_server(tls: TLSFiles) -> PrivateServer:
-    """A TLS-only private ``redis-server`` (the one on PATH, or ``ANARCHON_TEST_REDIS_SERVER``)
-    with the certificates of `tls`; its `url` is ``rediss://127.0.0.1:<port>/0``. Stop it with
-    ``server.stop()``. `NoTLS` when the binary was built without TLS, `FileNotFoundError` when
-    there is none."""
-    from ._servers import find_binary, start
-
-    binary = find_binary("redis")
-    if binary is None:
-        raise FileNotFoundError("redis-server is not installed (or set ANARCHON_TEST_REDIS_SERVER)")
-    return start(binary, tls)
-
-
-def missing_server_reason(kind: str) -> str:
-    from ._servers import BINARIES
-
-    variable, relative = BINARIES[kind]
-    return (
-        f"{kind} server not installed: run scripts/redis-servers (installs .cache/servers/"
-        f"{relative}) or set {variable}"
-    )

@@ -9,6 +9,7 @@ not look like ours is never touched: opening it raises `StoreCorrupt`.
 from __future__ import annotations
 
 import sqlite3
+from importlib.resources import files
 
 from anarchon import StoreCorrupt
 
@@ -43,37 +44,22 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     JOBS: (("prefix", "job", "floor"), ("prefix", "job")),
 }
 
-_CREATE = (
-    f"""CREATE TABLE {SCHEMA} (
-        component TEXT NOT NULL PRIMARY KEY,
-        version INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    f"""CREATE TABLE {RUNS} (
-        prefix TEXT NOT NULL,
-        job TEXT NOT NULL,
-        slot INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        token TEXT NOT NULL,
-        holder TEXT NOT NULL,
-        claimed_at INTEGER,
-        lease_until INTEGER,
-        finished_at INTEGER,
-        error TEXT,
-        keep_until INTEGER NOT NULL,
-        PRIMARY KEY (prefix, job, slot)
-    ) WITHOUT ROWID""",
-    # L1 overlap: "another slot of the job running with lease_until >= now" is one index seek.
-    f"""CREATE INDEX {RUNS}_live ON {RUNS} (prefix, job, lease_until)
-        WHERE status = 'running'""",
-    f"""CREATE TABLE {JOBS} (
-        prefix TEXT NOT NULL,
-        job TEXT NOT NULL,
-        floor INTEGER NOT NULL,
-        PRIMARY KEY (prefix, job)
-    ) WITHOUT ROWID""",
-    f"INSERT INTO {SCHEMA} (component, version) VALUES ('{COMPONENT}', {SCHEMA_VERSION})",
-)
+
+def _create() -> list[str]:
+    """The statements of ``_sql/tables.sql`` (after its header of comment lines), with the names."""
+    text = files("anarchon_sqlite").joinpath("_sql").joinpath("tables.sql").read_text("utf-8")
+    lines = text.split("\n")
+    while lines and lines[0].startswith("--"):
+        lines.pop(0)
+    names = {
+        "schema": SCHEMA,
+        "runs": RUNS,
+        "jobs": JOBS,
+        "component": COMPONENT,
+        "version": SCHEMA_VERSION,
+    }
+    statements = (s.strip() for s in "\n".join(lines).split(";\n"))
+    return [s.format(**names) for s in statements if s]
 
 
 def _existing(conn: sqlite3.Connection) -> dict[str, str]:
@@ -104,7 +90,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     try:
         found = _existing(conn)
         if not found:
-            for statement in _CREATE:
+            for statement in _create():
                 conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:

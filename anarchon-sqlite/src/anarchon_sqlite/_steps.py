@@ -2,7 +2,7 @@
 
 A claim is one ``BEGIN IMMEDIATE`` transaction: SQLite lets one writer in at a time for the whole
 file, so everything read after BEGIN IMMEDIATE is current until COMMIT, and the L1-L6 decision
-(`anarchon._leases.decide_claim`, shared with `memory://`) is one indivisible step (C1). The win
+(`anarchon.backend.decide_claim`, shared with `memory://`) is one indivisible step (C1). The win
 path is four statements: BEGIN IMMEDIATE, SELECT the run, INSERT it, COMMIT (plus one SELECT of
 the floor, and one index seek for retention). A slot decided not to run (late, a caller's skip,
 overlap) is INSERTed the same way as a ``skipped`` row (the ledger, S1), so the same transaction
@@ -18,9 +18,14 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon._leases import decide_claim, decide_finish, keep_until, sweeps_now
-from anarchon._names import shown
-from anarchon._runs import HistoryReader
+from anarchon.backend import (
+    HistoryReader,
+    decide_claim,
+    decide_finish,
+    keep_until,
+    shown,
+    sweeps_now,
+)
 
 from . import _rows as sql
 from ._schema import JOBS, RUNS

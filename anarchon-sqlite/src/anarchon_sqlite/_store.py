@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+import attrs
+
 from anarchon import (
     Capabilities,
     Claim,
@@ -18,6 +20,7 @@ from anarchon import (
     StoreOptions,
     StoreURL,
 )
+from anarchon.backend import LEASE_STORE, structure_options
 
 from ._options import SQLiteOptions
 from ._steps import Steps
@@ -26,6 +29,9 @@ from ._worker import Worker
 __all__ = ["SQLiteStore"]
 
 Clock = Callable[[], int]
+
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
+"""Every rule by this host's clock, and batches (`claim_many`)."""
 
 
 def wall_clock_ms() -> int:
@@ -58,7 +64,7 @@ class SQLiteStore(LeaseStore):
     """Lease store in a SQLite file: each claim is one ``BEGIN IMMEDIATE`` transaction (C1).
 
     It keeps L1-L11 exactly as `memory://` does (the decision is the same function,
-    `anarchon._leases.decide_claim`), across every process of one host that opens the file.
+    `anarchon.backend.decide_claim`), across every process of one host that opens the file.
     The clock is this host's wall clock: every instance sharing the file runs on this host and
     reads the same clock (T1), which is why the file must be on a local file system, never on
     NFS or SMB, where SQLite's locks are not reliable either.
@@ -92,8 +98,6 @@ class SQLiteStore(LeaseStore):
         cls, path: str | os.PathLike[str], *, clock: Clock | None = None, **options: object
     ) -> SQLiteStore:
         """Build a store for a file directly (tests, examples); open it with ``await store.open()``."""
-        from anarchon._options import structure_options
-
         url = StoreURL.parse("sqlite:///" + os.fspath(path))
         opts = structure_options(SQLiteOptions, options, where="sqlite://")
         return cls(url, opts, clock=clock)
@@ -103,17 +107,7 @@ class SQLiteStore(LeaseStore):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=True,
-            self_recognition=True,
-            fencing=True,
-            overlap=True,
-            history=True,
-            store_clock=True,
-            skips=True,
-            batch=True,
-            remembers_ms=None,
-        )
+        return _CAPABILITIES
 
     async def open(self) -> None:
         """Open the file (creating it and the tables if needed) and check its tables.

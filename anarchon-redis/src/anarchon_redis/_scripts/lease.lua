@@ -158,7 +158,7 @@ local function claim(first, request, limit)
       return 'late 0 - - ' .. now_s .. ' ' .. (floor or '-')
     end
     -- S1: a slot decided not to run is recorded skipped, with the reason texts of
-    -- anarchon._leases (late_reason, overlap_reason) or the caller's own
+    -- anarchon.backend (late_reason, overlap_reason) or the caller's own
     local reason
     if now - slot > tonumber(late_ms) then
       reason = 'late: slot is ' .. string.format('%d', now - slot) .. ' ms old, max_late is '

@@ -11,28 +11,30 @@ scheduler does, and sends the reason (T4)."""
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from anarchon import (
+from anarchon.backend import (
     Capabilities,
     Claim,
     ClaimRequest,
+    HistoryReader,
     Outcome,
     RunRecord,
     RunStatus,
     StoreCorrupt,
+    early_claim_error,
 )
-from anarchon._leases import early_claim_error
-from anarchon._runs import HistoryReader
 
-from ._client import guarded
-from ._keys import JobKeys
-from ._store import RedisStore
+from .._client import guarded
+from .scripted import ScriptedStrategy
+
+if TYPE_CHECKING:
+    from .._connection import Link
 
 __all__ = [
     "Entry",
-    "StreamStore",
+    "StreamStrategy",
     "answered",
     "decided",
     "parse_entry",
@@ -110,7 +112,7 @@ def decided(mine: bool, token: str, holder: str) -> Claim:
 
 
 def skipped(token: str, holder: str, reason: str) -> Claim:
-    """S1: the slot's entry is a skip (attempt 0, as `anarchon._leases.skipped_claim`)."""
+    """S1: the slot's entry is a skip (attempt 0, as `anarchon.backend.skipped_claim`)."""
     return Claim(outcome=Outcome.SKIPPED, attempt=0, token=token, holder=holder, reason=reason)
 
 
@@ -139,7 +141,7 @@ def refuse_early(request: ClaimRequest, now: str, remembers_ms: int) -> None:
     """C5: raise the `ConfigError` for a claim the script refused as ``early`` at `now` (the
     server's clock as it answered)."""
     error = early_claim_error(request, int(now), remembers_ms)
-    if error is None:  # the script and anarchon._leases disagree: a bug, never a win
+    if error is None:  # the script and anarchon.backend disagree: a bug, never a win
         raise StoreCorrupt(
             f"Redis refused the claim of job {request.job!r} at slot {request.slot} as early at "
             f"{now}, which anarchon does not"
@@ -147,7 +149,7 @@ def refuse_early(request: ClaimRequest, now: str, remembers_ms: int) -> None:
     raise error
 
 
-class StreamStore(RedisStore):
+class StreamStrategy(ScriptedStrategy):
     """Base of the no-lease strategies."""
 
     @property
@@ -172,19 +174,16 @@ class StreamStore(RedisStore):
             remembers_ms=self.remembers_ms,
         )
 
-    async def _guarded(self, keys: JobKeys, call: Any) -> Any:
-        return await guarded(self.client, self.url, keys, [keys.claims], call)
-
-    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+    async def history(self, link: Link, job: str, limit: int = 100) -> list[RunRecord]:
         """The job's claims, newest first (entries are appended in slot order, near enough: the
         list is sorted by slot)."""
         keys = self.keys(job)
-        client = self.client
+        client = link.client
 
         async def read() -> Any:
             return await client.xrevrange(keys.claims, count=max(limit, 1) * 2)
 
-        entries = await self._guarded(keys, read)
+        entries = await guarded(client, link.url, keys, [keys.claims], read)
         runs: dict[int, RunRecord] = {}
         # An entry anarchon did not write is reported with the runs (`DamagedHistory`).
         reader = HistoryReader(job)

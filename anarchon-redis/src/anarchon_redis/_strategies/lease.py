@@ -7,13 +7,14 @@ lease end (the overlap rule), and the stream ``:events`` records each claim, tak
 finish. Redis runs a script from start to
 end before anything else, so every decision is one atomic step (C1).
 
-A claim is one EVALSHA packed by hand (`_wire`); `claim_many` sends the same script with up to
-`BATCH` jobs per call, so the decisions of a batch are those of single claims, made by the same
-code.
+A claim is one EVALSHA (or FCALL) packed by hand (`ScriptedStrategy`); `claim_many` sends the
+same script with up to `BATCH` jobs per call, so the decisions of a batch are those of single
+claims, made by the same code. The store forwards renew, finish, release and check here
+(`anarchon_redis.RedisLeaseStore`).
 
 The ledger (S1): a claim that decides its slot is not to run (late, a caller's skip reason,
 overlap) writes a ``skipped`` run with the reason in the same script, with the texts of
-`anarchon._leases` (``late_reason``, ``overlap_reason``); later claims and `check` answer
+`anarchon.backend` (``late_reason``, ``overlap_reason``); later claims and `check` answer
 `skipped`. A finish resent after its answer was lost is recognised (C2 for finish): the same
 token and status again answer True and change nothing.
 """
@@ -22,66 +23,62 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import attrs
 import redis.asyncio as aioredis
 
-from anarchon import (
+from anarchon.backend import (
+    LEASE_STORE,
+    MAX_SLOT_MS,
     Capabilities,
     Claim,
     ClaimRequest,
-    LeaseStore,
+    HistoryReader,
     Overlap,
     RunRecord,
     RunStatus,
     StoreCorrupt,
-    StoreOptions,
-    StoreURL,
+    claim_from_outcome,
+    decide_claim,
+    keep_until,
+    shown,
 )
-from anarchon._claims import MAX_SLOT_MS
-from anarchon._leases import claim_from_outcome, decide_claim, keep_until
-from anarchon._names import shown
-from anarchon._runs import HistoryReader
 
-from ._client import Script, guarded, server_now_ms, translated
-from ._keys import JobKeys
-from ._runs import run_from_value
-from ._store import RedisStore
-from ._wire import bulk
+from .._client import Script, guarded
+from .._keys import JobKeys
+from .._runs import run_from_value
+from .._wire import bulk
+from .scripted import ScriptedStrategy
 
-__all__ = ["RedisLeaseStore"]
+if TYPE_CHECKING:
+    from .._connection import Link
+    from .._options import RedisOptions
+
+__all__ = ["LEASE", "LeaseStrategy"]
 
 LEASE = Script("lease.lua", claims=True, entry="lease")
+CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
 
 
-class RedisLeaseStore(RedisStore, LeaseStore):
-    """Lease store in Redis: claims, renew, finish and release are one script each call."""
+class LeaseStrategy(ScriptedStrategy):
+    """Leases in Redis: claims, renew, finish and release are one script each call."""
 
-    strategy = "lease"
+    name = "lease"
     keys_per_job = 4
 
-    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
-        super().__init__(url, options)
+    def __init__(self, options: RedisOptions) -> None:
+        super().__init__(options)
         self._option = bulk(f"claim {self.options.history_limit}")
         self._margin = self.options.retention_margin_ms
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=True,
-            self_recognition=True,
-            fencing=True,
-            overlap=True,
-            history=True,
-            store_clock=True,
-            skips=True,
-            batch=True,
-            remembers_ms=None,
-        )
+        return CAPABILITIES
 
-    async def _prepare(self, client: aioredis.Redis) -> None:
-        self._functions = await LEASE.load_function(client)
+    async def setup(self, link: Link) -> None:
+        self.functions = await LEASE.load_function(link.client)
 
     def _script_keys(self, keys: JobKeys) -> list[str]:
         return keys.lease_keys()
@@ -98,52 +95,59 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             f"{keep_until(r, self._margin)} {tail}"
         )
 
-    async def claim(self, request: ClaimRequest) -> Claim:
-        return await self._decided_one(LEASE, self._option, request, _claim_from_answer)
+    async def claim(self, link: Link, request: ClaimRequest) -> Claim:
+        return await self._decided_one(link, LEASE, self._option, request, _claim_from_answer)
 
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
-        """The claim script with up to `BATCH` jobs per call (see `RedisStore._decided`); every
+    async def claim_many(self, link: Link, requests: Sequence[ClaimRequest]) -> list[Claim]:
+        """The claim script with up to `BATCH` jobs per call (see `ScriptedStrategy._decided`); every
         job gets the answer its single claim would get."""
         if not requests:
             return []
-        return await self._decided(LEASE, self._option, requests, _claim_from_answer)
+        return await self._decided(link, LEASE, self._option, requests, _claim_from_answer)
 
-    async def check(self, request: ClaimRequest) -> Claim:
+    async def check(self, link: Link, request: ClaimRequest) -> Claim:
         """L10: one plain read (HGET and TIME, pipelined, no script); the claim script only when
         the run is missing or its lease ran out."""
         keys = self.keys(request.job)
-        pipe = self.client.pipeline(transaction=False)
+        pipe = link.client.pipeline(transaction=False)
         pipe.hget(keys.runs, str(request.slot))
         pipe.time()
 
         async def read() -> Any:
             return await pipe.execute()
 
-        raw, (seconds, micros) = await guarded(self.client, self.url, keys, [keys.runs], read)
+        raw, (seconds, micros) = await guarded(link.client, link.url, keys, [keys.runs], read)
         if raw is not None:
             now = int(seconds) * 1000 + int(micros) // 1000
             run = run_from_value(raw, request.job, request.slot, keys.runs)
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
                 claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: None)
                 return claim
-        return await self.claim(request)
+        return await self.claim(link, request)
 
-    async def _update(self, job: str, args: list[Any]) -> bool:
+    async def _update(self, link: Link, job: str, args: list[Any]) -> bool:
         keys = self.keys(job)
-        client = self.client
+        client = link.client
         names = keys.lease_keys()
-        reply = await guarded(client, self.url, keys, names, lambda: LEASE(client, names, args))
+        reply = await guarded(client, link.url, keys, names, lambda: LEASE(client, names, args))
         return bool(reply == 1)
 
-    async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
-        return await self._update(job, ["renew", slot, token, lease_ms])
+    async def renew(self, link: Link, job: str, slot: int, token: str, lease_ms: int) -> bool:
+        return await self._update(link, job, ["renew", slot, token, lease_ms])
 
     async def finish(
-        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+        self,
+        link: Link,
+        job: str,
+        slot: int,
+        token: str,
+        status: RunStatus,
+        error: str | None = None,
     ) -> bool:
         if not status.finished or status is RunStatus.SKIPPED:
             raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
         return await self._update(
+            link,
             job,
             [
                 "finish",
@@ -156,12 +160,12 @@ class RedisLeaseStore(RedisStore, LeaseStore):
             ],
         )
 
-    async def release(self, job: str, slot: int, token: str) -> bool:
-        return await self._update(job, ["release", slot, token])
+    async def release(self, link: Link, job: str, slot: int, token: str) -> bool:
+        return await self._update(link, job, ["release", slot, token])
 
-    async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
+    async def history(self, link: Link, job: str, limit: int = 100) -> list[RunRecord]:
         keys = self.keys(job)
-        client = self.client
+        client = link.client
 
         async def read() -> list[tuple[str, str | UnicodeDecodeError | None]]:
             slots: Any = await client.zrevrange(keys.slots, 0, max(limit, 1) - 1)
@@ -173,7 +177,7 @@ class RedisLeaseStore(RedisStore, LeaseStore):
                 values = [await _field(client, keys.runs, slot) for slot in slots]
             return list(zip(slots, values, strict=True))
 
-        rows = await guarded(client, self.url, keys, [keys.slots, keys.runs], read)
+        rows = await guarded(client, link.url, keys, [keys.slots, keys.runs], read)
         # A run that cannot be read is reported with the others (`DamagedHistory`).
         reader = HistoryReader(job)
         for member, raw in rows:
@@ -200,10 +204,6 @@ class RedisLeaseStore(RedisStore, LeaseStore):
                     slot=slot,
                 )
         return reader.result()
-
-    async def now_ms(self) -> int:
-        with translated(self.url):
-            return await server_now_ms(self.client)
 
 
 def _claim_from_answer(request: ClaimRequest, answer: str) -> Claim:

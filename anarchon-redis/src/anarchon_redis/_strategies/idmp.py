@@ -11,7 +11,7 @@ to `BATCH` jobs per call. A skip (S1) is the same XADD with the field ``skip`` (
 C5: Redis remembers an idempotency id for ``IDMP-DURATION`` counted from when it is written, so
 the script refuses (by Redis ``TIME``, the clock lateness is judged by) a claim written earlier
 than ``slot + max_late - duration``, which Redis could forget while the slot can still be
-claimed: `anarchon._leases.early_claim_error` is raised, and nothing is written.
+claimed: `anarchon.backend.early_claim_error` is raised, and nothing is written.
 
 The XADD never creates the stream (``NOMKSTREAM``): a stream that vanished is configured again
 first. Each job's stream gets ``IDMP-DURATION``/``IDMP-MAXSIZE`` once (``_scripts/idmp_config.lua``),
@@ -23,41 +23,43 @@ would wipe the remembered claims.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from anarchon import (
+from anarchon.backend import (
     Claim,
     ClaimRequest,
     ConfigError,
     Outcome,
     StoreCorrupt,
-    StoreOptions,
     StoreUnavailable,
-    StoreURL,
 )
 
-from . import _wire as wire
-from ._client import Script
-from ._keys import JobKeys
-from ._streams import StreamStore, answered, refuse_early, skip_tail
-from ._wire import bulk
+from .. import _wire as wire
+from .._client import Script
+from .._keys import JobKeys
+from .._wire import bulk
+from .streams import StreamStrategy, answered, refuse_early, skip_tail
 
-__all__ = ["IdmpStore"]
+if TYPE_CHECKING:
+    from .._connection import Link
+    from .._options import RedisOptions
+
+__all__ = ["CONFIG", "IDMP", "IdmpStrategy"]
 
 CONFIG = Script("idmp_config.lua")
 IDMP = Script("idmp.lua", claims=True, entry="idmp")
 
 
-class IdmpStore(StreamStore):
-    """No-lease store: Redis' idempotent XADD."""
+class IdmpStrategy(StreamStrategy):
+    """No-lease: Redis' idempotent XADD."""
 
-    strategy = "idmp"
+    name = "idmp"
 
-    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
-        super().__init__(url, options)
+    def __init__(self, options: RedisOptions) -> None:
+        super().__init__(options)
         self._configured: set[str] = set()
         self._option = bulk(f"claim {self.options.stream_maxlen}")
 
@@ -69,17 +71,18 @@ class IdmpStore(StreamStore):
     def remembers_ms(self) -> int | None:
         return self.options.idmp_duration_sec * 1000
 
-    async def _prepare(self, client: aioredis.Redis) -> None:
+    async def setup(self, link: Link) -> None:
+        client = link.client
         if not await _has_xcfgset(client):
             server = await client.info("server")
             version = server.get("valkey_version") or server.get("redis_version", "?")
             name = "Valkey" if "valkey_version" in server else "Redis"
             raise ConfigError(
-                f"strategy=idmp needs Redis 8.6+ (XADD IDMP and XCFGSET); {self.url} runs "
+                f"strategy=idmp needs Redis 8.6+ (XADD IDMP and XCFGSET); {link.url} runs "
                 f"{name} {version}: use strategy=script, which works on every Redis and Valkey"
             )
         await CONFIG.load(client)
-        self._functions = await IDMP.load_function(client)
+        self.functions = await IDMP.load_function(client)
 
     def _check_settings(self, keys: JobKeys, current: Any) -> None:
         """`current` is the configuration script's answer: the stream's settings in force."""
@@ -95,18 +98,18 @@ class IdmpStore(StreamStore):
             )
         self._configured.add(keys.job)
 
-    async def _configure_many(self, jobs: Sequence[str]) -> None:
+    async def _configure_many(self, link: Link, jobs: Sequence[str]) -> None:
         """Give the streams of `jobs` their IDMP settings once (``idmp_config.lua``, one call per
         job, all sent on one connection), or refuse settings another instance chose. The
         settings already chosen are read first (one pipelined round trip), so that an instance
         whose options conflict for one job refuses before it gives its own to the others."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = link.client.pipeline(transaction=False)
         for job in jobs:
             pipe.get(self.keys(job).idmp_config)
         try:
             chosen = await pipe.execute()
         except (rex.RedisError, OSError) as exc:
-            await self._refuse(jobs[0], exc)
+            await self._refuse(link, jobs[0], exc)
         for job, current in zip(jobs, chosen, strict=True):
             if current is not None:
                 self._check_settings(self.keys(job), current)
@@ -118,48 +121,48 @@ class IdmpStore(StreamStore):
             calls.append(wire.invoke(CONFIG.eval_head, 2, packed, 2, args))
         replies: dict[int, Any] = {}
         try:
-            await CONFIG.send(self.client, calls, replies.__setitem__)
+            await CONFIG.send(link.client, calls, replies.__setitem__)
         except (rex.RedisError, OSError) as exc:
-            await self._refuse(jobs[0], exc)
+            await self._refuse(link, jobs[0], exc)
         for i, job in enumerate(jobs):
             if isinstance(replies[i], Exception):
-                await self._refuse(job, replies[i])
+                await self._refuse(link, job, replies[i])
             self._check_settings(self.keys(job), replies[i])
 
-    async def setup_jobs(self, jobs: Sequence[str]) -> None:
+    async def setup_jobs(self, link: Link, jobs: Sequence[str]) -> None:
         """`anarchon.abc.SupportsJobSetup`: give the streams of `jobs` their IDMP settings when a
         scheduler starts, so that settings another instance chose refuse the start
         (`ConfigError`) instead of failing each claim of the job. Claims configure a job the
         store has not set up themselves (for callers without a scheduler)."""
         new = [*dict.fromkeys(job for job in jobs if job not in self._configured)]
         if new:
-            await self._configure_many(new)
+            await self._configure_many(link, new)
 
-    async def claim(self, request: ClaimRequest) -> Claim:
+    async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         if request.job not in self._configured:
-            await self._configure_many([request.job])
-        claim = await self._decided_one(IDMP, self._option, request, self._decide)
+            await self._configure_many(link, [request.job])
+        claim = await self._decided_one(link, IDMP, self._option, request, self._decide)
         if claim is None:  # the stream vanished: claim_many configures it again and retries
-            (claim,) = await self.claim_many([request])
+            (claim,) = await self.claim_many(link, [request])
         return claim
 
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+    async def claim_many(self, link: Link, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """The claim script (see the module's doc) for up to `BATCH` jobs per call, after
         configuring the streams of jobs this store has not configured yet."""
         if not requests:
             return []
         new = [*dict.fromkeys(r.job for r in requests if r.job not in self._configured)]
         if new:
-            await self._configure_many(new)
-        claims = await self._decided(IDMP, self._option, requests, self._decide)
+            await self._configure_many(link, new)
+        claims = await self._decided(link, IDMP, self._option, requests, self._decide)
         gone = [i for i, claim in enumerate(claims) if claim is None]
         if gone:
             # NOMKSTREAM: the stream is gone (deleted, or a flush), and a stream XADD created would
             # have Redis' default IDMP settings: configure it again, then claim.
             again = [requests[i] for i in gone]
             self._configured.difference_update(r.job for r in again)
-            await self._configure_many([*dict.fromkeys(r.job for r in again)])
-            retried = await self._decided(IDMP, self._option, again, self._decide)
+            await self._configure_many(link, [*dict.fromkeys(r.job for r in again)])
+            retried = await self._decided(link, IDMP, self._option, again, self._decide)
             for i, claim in zip(gone, retried, strict=True):
                 if claim is None:
                     raise StoreUnavailable(

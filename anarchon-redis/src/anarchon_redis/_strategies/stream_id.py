@@ -22,31 +22,34 @@ one round trip and its answers are those of claiming one by one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, StoreURL
+from anarchon.backend import Claim, ClaimRequest, Outcome, StoreCorrupt
 
-from . import _wire as wire
-from ._client import Script
-from ._streams import StreamStore, answered, decided, parse_entry, skip_tail, skipped
-from ._wire import bulk
+from .. import _wire as wire
+from .._client import Script
+from .._wire import bulk
+from .streams import StreamStrategy, answered, decided, parse_entry, skip_tail, skipped
 
-__all__ = ["StreamIdStore"]
+if TYPE_CHECKING:
+    from .._connection import Link
+    from .._options import RedisOptions
+
+__all__ = ["STREAM_ID", "StreamIdStrategy"]
 
 REFUSED = "equal or smaller than the target stream top item"
 STREAM_ID = Script("stream_id.lua", claims=True)
 
 
-class StreamIdStore(StreamStore):
-    """No-lease store: the slot is the stream entry ID."""
+class StreamIdStrategy(StreamStrategy):
+    """No-lease: the slot is the stream entry ID."""
 
-    strategy = "stream-id"
+    name = "stream-id"
 
-    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
-        super().__init__(url, options)
+    def __init__(self, options: RedisOptions) -> None:
+        super().__init__(options)
         maxlen = self.options.stream_maxlen
         self._trim = f"$6\r\nMAXLEN\r\n$1\r\n=\r\n{bulk(str(maxlen))}"
         self._option = bulk(f"claim {maxlen}")
@@ -55,8 +58,8 @@ class StreamIdStore(StreamStore):
     def remembers_ms(self) -> int | None:
         return None
 
-    async def _prepare(self, client: aioredis.Redis) -> None:
-        await STREAM_ID.load(client)
+    async def setup(self, link: Link) -> None:
+        await STREAM_ID.load(link.client)
 
     def _ask(self, request: ClaimRequest) -> str:
         return f"{request.slot} {request.token} {skip_tail(request)}"
@@ -79,23 +82,23 @@ class StreamIdStore(StreamStore):
         entry_id = bulk(f"{request.slot}-0")
         return f"*4\r\n$6\r\nXRANGE\r\n{self._wire_keys(request.job)}{entry_id}{entry_id}".encode()
 
-    async def claim(self, request: ClaimRequest) -> Claim:
+    async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
         try:
             added, entries = await wire.call_many(
-                self.client.connection_pool, self._xadd(request) + self._xrange(request), 2
+                link.client.connection_pool, self._xadd(request) + self._xrange(request), 2
             )
         except (rex.RedisError, OSError) as exc:
-            await self._refuse(request.job, exc)
+            await self._refuse(link, request.job, exc)
         if not isinstance(added, Exception):
             if request.skip_reason is not None:
                 return skipped(request.token, request.instance, request.skip_reason)
             return decided(True, request.token, request.instance)
         if REFUSED not in str(added):
-            await self._refuse(request.job, added)
+            await self._refuse(link, request.job, added)
         if isinstance(entries, Exception):
-            await self._refuse(request.job, entries)
+            await self._refuse(link, request.job, entries)
         if not entries:
             return _late(request)
         written = _token_holder(entries[0])
@@ -109,13 +112,13 @@ class StreamIdStore(StreamStore):
             return skipped(token, holder, skip)
         return decided(token == request.token, token, holder)
 
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+    async def claim_many(self, link: Link, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """The same XADDs and read-backs as `claim`, made by one script for up to `BATCH` jobs
         per call (see the module's doc), in request order."""
         batch = [r for r in requests if r.slot > 0]
         if not batch:
             return [_slot_zero() for _ in requests]
-        claims = iter(await self._decided(STREAM_ID, self._option, batch, self._decide))
+        claims = iter(await self._decided(link, STREAM_ID, self._option, batch, self._decide))
         return [next(claims) if r.slot > 0 else _slot_zero() for r in requests]
 
     def _decide(self, request: ClaimRequest, answer: str) -> Claim:

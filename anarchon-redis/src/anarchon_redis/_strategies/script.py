@@ -10,53 +10,56 @@ max_late too (within the window): it lets nobody run the slot and records why it
 
 C5: a claim is found for one window after it is appended, so the script refuses (by Redis
 ``TIME``, the clock lateness is judged by) a claim appended earlier than
-``slot + max_late - window_ms``: `anarchon._leases.early_claim_error` is raised, and nothing is
+``slot + max_late - window_ms``: `anarchon.backend.early_claim_error` is raised, and nothing is
 written. Without it, a claim made long before its slot would be out of the next claim's scan
 and the slot won twice."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import redis.asyncio as aioredis
+from anarchon.backend import Claim, ClaimRequest, Outcome, StoreCorrupt
 
-from anarchon import Claim, ClaimRequest, Outcome, StoreCorrupt, StoreOptions, StoreURL
+from .._client import Script
+from .._wire import bulk
+from .streams import StreamStrategy, answered, refuse_early, skip_tail
 
-from ._client import Script
-from ._streams import StreamStore, answered, refuse_early, skip_tail
-from ._wire import bulk
+if TYPE_CHECKING:
+    from .._connection import Link
+    from .._options import RedisOptions
 
-__all__ = ["ScriptStore"]
+__all__ = ["WINDOW", "ScriptStrategy"]
 
 WINDOW = Script("window.lua", claims=True, entry="window")
 
 
-class ScriptStore(StreamStore):
-    """No-lease store: a windowed scan and append in one script."""
+class ScriptStrategy(StreamStrategy):
+    """No-lease: a windowed scan and append in one script."""
 
-    strategy = "script"
+    name = "script"
 
-    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
-        super().__init__(url, options)
+    def __init__(self, options: RedisOptions) -> None:
+        super().__init__(options)
         self._option = bulk(f"claim {self.options.script_window_ms}")
 
     @property
     def remembers_ms(self) -> int | None:
         return self.options.script_window_ms
 
-    async def _prepare(self, client: aioredis.Redis) -> None:
-        self._functions = await WINDOW.load_function(client)
+    async def setup(self, link: Link) -> None:
+        self.functions = await WINDOW.load_function(link.client)
 
     def _ask(self, request: ClaimRequest) -> str:
         return f"{request.slot} {request.token} {request.max_late_ms} {skip_tail(request)}"
 
-    async def claim(self, request: ClaimRequest) -> Claim:
-        return await self._decided_one(WINDOW, self._option, request, self._decide)
+    async def claim(self, link: Link, request: ClaimRequest) -> Claim:
+        return await self._decided_one(link, WINDOW, self._option, request, self._decide)
 
-    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
+    async def claim_many(self, link: Link, requests: Sequence[ClaimRequest]) -> list[Claim]:
         if not requests:
             return []
-        return await self._decided(WINDOW, self._option, requests, self._decide)
+        return await self._decided(link, WINDOW, self._option, requests, self._decide)
 
     def _decide(self, request: ClaimRequest, answer: str) -> Claim:
         """The script's answer ``<state> <now>[ <token> <holder>...]`` as a `Claim`; ``early``

@@ -1,6 +1,7 @@
-"""Private Redis-family servers for tests: started on a free 127.0.0.1 port, without
-persistence, stopped at exit. Binaries come from ``scripts/redis-servers`` (``.cache/servers/``)
-or the environment variables below. A server started with `TLSFiles` listens for TLS only."""
+"""Private Redis-family servers for the tests (and the benchmarks): started on a free 127.0.0.1
+port, without persistence, stopped at exit. Binaries come from ``scripts/redis-servers``
+(``.cache/servers/``) or the environment variables below. A server started with `TLSFiles`
+listens for TLS only. Test support: not part of the anarchon-redis wheel."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ __all__ = [
     "PrivateServer",
     "TLSFiles",
     "find_binary",
+    "missing_server_reason",
     "private_server",
+    "private_server_url",
     "start",
+    "start_tls_server",
     "stop_all",
 ]
 
@@ -184,3 +188,30 @@ def stop_all() -> None:
         if server is not None:
             server.stop()
     _servers.clear()
+
+
+def private_server_url(kind: str) -> str | None:
+    """URL of a private server of `kind` (``redis86`` for idmp, ``valkey``), started on a free
+    port on first use and stopped at exit; None when ``scripts/redis-servers`` has not installed
+    its binary."""
+    server = private_server(kind)
+    return None if server is None else server.url
+
+
+def missing_server_reason(kind: str) -> str:
+    variable, relative = BINARIES[kind]
+    return (
+        f"{kind} server not installed: run scripts/redis-servers (installs .cache/servers/"
+        f"{relative}) or set {variable}"
+    )
+
+
+def start_tls_server(tls: TLSFiles) -> PrivateServer:
+    """A TLS-only private ``redis-server`` (the one on PATH, or ``ANARCHON_TEST_REDIS_SERVER``)
+    with the certificates of `tls`; its `url` is ``rediss://127.0.0.1:<port>/0``. Stop it with
+    ``server.stop()``. `NoTLS` when the binary was built without TLS, `FileNotFoundError` when
+    there is none."""
+    binary = find_binary("redis")
+    if binary is None:
+        raise FileNotFoundError("redis-server is not installed (or set ANARCHON_TEST_REDIS_SERVER)")
+    return start(binary, tls)
