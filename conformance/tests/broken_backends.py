@@ -20,7 +20,7 @@ from anarchon import (
     RunRecord,
     RunStatus,
 )
-from anarchon._leases import early_claim_error
+from anarchon.backend import early_claim_error
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness
 
 

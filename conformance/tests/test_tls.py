@@ -1,6 +1,7 @@
-"""The TLS fronts, against the proxy tests' echo server: TLS in front, plain bytes behind, a
+"""The TLS front, against the proxy tests' echo server: TLS in front, plain bytes behind, and a
 client that does not trust the CA (or has no certificate where one is required) never reaches the
-server, and the PostgreSQL front negotiates TLS the way libpq asks for it."""
+server. (The PostgreSQL front, which starts TLS inside the protocol, is tested with
+anarchon-postgres.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon_conformance import CertBundle, PostgresTLSFront, TLSFront
+from anarchon_conformance import CertBundle, TLSFront
 
 from .test_proxy import EchoServer, ask
 
@@ -95,43 +96,3 @@ async def test_verify_clients_requires_a_client_certificate(
         await writer.wait_closed()
         assert front.handshakes == 1
     assert echo.received == [b"known\n"]
-
-
-async def postgres_tls(port: int, context: ssl.SSLContext, *, gssenc_first: bool) -> bytes:
-    """What libpq does: ask for TLS in plain text, then upgrade; the answers to the requests."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    answers = b""
-    if gssenc_first:
-        writer.write(GSSENC_REQUEST)
-        answers += await reader.readexactly(1)
-    writer.write(SSL_REQUEST)
-    answers += await reader.readexactly(1)
-    await writer.start_tls(context, server_hostname="127.0.0.1")
-    assert await ask(writer, reader, b"startup\n") == b"echo startup\n"
-    writer.close()
-    await writer.wait_closed()
-    return answers
-
-
-@pytest.mark.parametrize("gssenc_first", [False, True], ids=["SSLRequest", "GSSENCRequest first"])
-async def test_postgres_front_answers_the_ssl_request_then_does_tls(
-    echo: EchoServer, anarchon_tls_certs: CertBundle, gssenc_first: bool
-) -> None:
-    async with PostgresTLSFront("127.0.0.1", echo.port, anarchon_tls_certs) as front:
-        context = anarchon_tls_certs.client_context()
-        answers = await postgres_tls(front.port, context, gssenc_first=gssenc_first)
-        assert answers == (b"NS" if gssenc_first else b"S")
-        assert front.handshakes == 1
-    assert echo.received == [b"startup\n"]
-
-
-async def test_postgres_front_hangs_up_on_a_plain_startup(
-    echo: EchoServer, anarchon_tls_certs: CertBundle
-) -> None:
-    async with PostgresTLSFront("127.0.0.1", echo.port, anarchon_tls_certs) as front:
-        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
-        writer.write(struct.pack("!ii", 9, 196608) + b"\n")  # a StartupMessage, no TLS asked
-        assert await asyncio.wait_for(reader.read(), 5) == b""
-        writer.close()
-        assert front.handshakes == 0
-    assert echo.received == []

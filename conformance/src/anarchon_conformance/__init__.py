@@ -1,6 +1,7 @@
 """anarchon-conformance: the certification kit for anarchon backends.
 
-A backend author implements one `BackendHarness` and writes::
+A backend author implements one `BackendHarness` (or, for a store on a shared server,
+`ServerHarness`: URL from the environment, a prefix per test, cleanup) and writes::
 
     from anarchon_conformance import ConformanceSuite
 
@@ -17,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._harness import DEFAULT_PREFIX, BackendHarness
     from ._rules import RULES, Rule, rule
+    from ._server import ServerHarness
     from .certificate import Certificate, RuleStatus
     from .proxy import FaultProxy
     from .suites import (
+        ClockTests,
         ConformanceSuite,
         EarlyClaimTests,
         FencingTests,
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
         SingleWinnerTests,
         StatefulTests,
     )
-    from .tls import CertBundle, PostgresTLSFront, TLSFront
+    from .tls import CertBundle, TLSFront
 
 __version__ = "0.1.0"
 
@@ -44,6 +47,7 @@ __all__ = [
     "BackendHarness",
     "CertBundle",
     "Certificate",
+    "ClockTests",
     "ConformanceSuite",
     "EarlyClaimTests",
     "FaultProxy",
@@ -53,11 +57,11 @@ __all__ = [
     "LeaseTests",
     "LedgerTests",
     "MemoryRuleTests",
-    "PostgresTLSFront",
     "PrepareTests",
     "ReconnectTests",
     "Rule",
     "RuleStatus",
+    "ServerHarness",
     "SetupTests",
     "SingleWinnerTests",
     "StatefulTests",
@@ -72,14 +76,15 @@ _LAZY = {
     "RULES": "._rules",
     "Rule": "._rules",
     "rule": "._rules",
+    "ServerHarness": "._server",
     "Certificate": ".certificate",
     "RuleStatus": ".certificate",
     "FaultProxy": ".proxy",
     "CertBundle": ".tls",
-    "PostgresTLSFront": ".tls",
     "TLSFront": ".tls",
     **dict.fromkeys(
         [
+            "ClockTests",
             "ConformanceSuite",
             "EarlyClaimTests",
             "FencingTests",

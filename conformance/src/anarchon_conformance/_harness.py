@@ -37,6 +37,18 @@ class BackendHarness(abc.ABC):
     connecting, for a backend that is not installed through an entry point (also registered in
     the OS processes of the C1 process check)."""
 
+    # -- harness flags: what the kit must know about the store that its capabilities do not say
+    host_clock: ClassVar[bool] = False
+    """The store's clock is the wall clock of the host the claiming process runs on (SQLite:
+    every process sharing the file reads the same host clock). The T1 check, which shifts the
+    wall clock of one claiming process, is then not applicable: no process of another host can
+    reach the store."""
+
+    claims_in_slot_order: ClassVar[bool] = False
+    """A claim of a slot below the newest slot claimed for the job is `late` by design (Redis
+    ``stream-id``: a stream only grows). The kit's checks that claim several slots of one job
+    then claim them oldest first: C1 races one slot per job, the history check claims in order."""
+
     def __init__(self, url: str | None = None) -> None:
         self.given_url = url
         """The ``--anarchon-url`` option, or None."""
@@ -52,8 +64,9 @@ class BackendHarness(abc.ABC):
     # -- the store ------------------------------------------------------------------------------
     @abc.abstractmethod
     def url(self, address: tuple[str, int] | None = None) -> str:
-        """The URL of this harness's fresh store, without options (the kit adds ``prefix`` and
-        the others as keyword arguments to `anarchon.connect`).
+        """The URL of this harness's fresh store. It may carry the backend's own options
+        (``?table=t1234``, ``?schema=...``); ``prefix`` and the options a check needs
+        (``history_limit``, ...) the kit passes as keyword arguments to `anarchon.connect`.
 
         With `address`, the same store reached through ``host:port`` instead of the server's own
         address: the kit passes its fault-injecting proxy here. Stores without a network (memory,
@@ -110,7 +123,11 @@ class BackendHarness(abc.ABC):
     @abc.abstractmethod
     async def force_expire(self, job: str, slot: int, *, prefix: str = DEFAULT_PREFIX) -> None:
         """Make the running run (job, slot) look as if its lease ran out: ``lease_until`` one
-        millisecond before the store's now. Called only on a running run."""
+        millisecond before the store's now. Called only on a running run.
+
+        A store with no clock of its own (``now_ms()`` is None, ``store_clock=False``) judges a
+        lease by the clock of the instance that asks (T1): "now" is then this process's wall
+        clock (``time.time_ns() // 1_000_000``), the clock of every instance the kit runs."""
 
     @abc.abstractmethod
     async def raw_run(

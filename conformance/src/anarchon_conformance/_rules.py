@@ -29,6 +29,11 @@ RULES: tuple[Rule, ...] = (
     Rule(id="C2", description="idempotent per token: a resent claim is `won` again"),
     Rule(id="C3", description="fail closed: an ambiguous answer is never `won`"),
     Rule(
+        id="C4",
+        description="liveness: a claim of a slot that is not late and has no run is `won`",
+        required=True,
+    ),
+    Rule(
         id="C5",
         description="early claims: claims sent before their slot never win twice (refused or "
         "remembered)",
@@ -60,6 +65,11 @@ RULES: tuple[Rule, ...] = (
     Rule(id="L11", description="retention: runs kept long enough, history kept separately"),
     Rule(id="F1", description="self-fencing by the runner"),
     Rule(id="F2", description="fencing token grows strictly with (slot, attempt)"),
+    Rule(
+        id="T1",
+        description="clocks: lateness and lease expiry judged by the store's clock, never by a "
+        "claiming client's (a store without one says so, and instances judge by their own)",
+    ),
     Rule(id="T3", description="the store remembers a run as long as its capabilities say"),
     Rule(id="ISO", description="isolation between jobs and between prefixes"),
     Rule(id="REC", description="reconnect after the server drops every connection; outages"),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .certificate import Certificate
+from .pytest_plugin import RESULTS_ENV, SUITE_ENV
 
 __all__ = ["certify", "main", "run_certification"]
 
@@ -26,7 +27,7 @@ from anarchon_conformance import ConformanceSuite
 from {module} import {name} as _Harness
 
 
-class TestCertify(ConformanceSuite):
+class Test{name}(ConformanceSuite):
     harness_class = _Harness
 """
 
@@ -50,6 +51,7 @@ def certify(
         test_file.write_text(_MODULE.format(cwd=os.getcwd(), module=module, name=name))
         (root / "pytest.ini").write_text(_INI)
         out = root / "certificates"
+        env = {**os.environ, RESULTS_ENV: str(out), SUITE_ENV: harness_path}
         args = [
             sys.executable,
             "-m",
@@ -62,13 +64,11 @@ def certify(
             "-p",
             "no:cacheprovider",
             "-q",
-            "--anarchon-certificate-dir",
-            str(out),
             *(["--anarchon-url", url] if url else []),
             *pytest_args,
         ]
         # A child process, so pytest can rewrite the kit's assertions (already imported here).
-        code = subprocess.call(args)
+        code = subprocess.call(args, env=env)
         certificates = [
             Certificate.from_dict(json.loads(p.read_text())) for p in sorted(out.glob("*.json"))
         ]

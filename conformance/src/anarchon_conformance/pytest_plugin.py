@@ -6,6 +6,7 @@ for test classes whose checks carry the ``anarchon_rule`` marker.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Generator
 from pathlib import Path
@@ -22,6 +23,13 @@ if TYPE_CHECKING:
 __all__ = ["Collector", "anarchon_tls_certs", "collector"]
 
 _KEY = pytest.StashKey["Collector"]()
+
+RESULTS_ENV = "ANARCHON_CERTIFY_RESULTS"
+"""Set by `anarchon certify`: a directory to write the certificates to without saying so (it
+is temporary; `anarchon certify` writes and names the files of ``--out`` itself)."""
+SUITE_ENV = "ANARCHON_CERTIFY_SUITE"
+"""Set by `anarchon certify`: the suite name the certificate shows (the harness it was given),
+instead of the node id of the test module it writes for pytest."""
 
 
 class Collector:
@@ -77,7 +85,7 @@ class Collector:
                     backend=name,
                     server_version=server,
                     kit_version=__version__,
-                    suite=suite,
+                    suite=os.environ.get(SUITE_ENV) or suite,
                     records=records,
                 )
             )
@@ -155,6 +163,8 @@ def pytest_runtest_makereport(
         return report
     if report.failed:
         found.record(item.nodeid, "failed")
+        rules = found.rules[item.nodeid][1]
+        report.sections.append(("anarchon rule", _expected(rules)))
     elif report.skipped:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -164,6 +174,14 @@ def pytest_runtest_makereport(
     return report
 
 
+def _expected(rules: tuple[str, ...]) -> str:
+    """What the failed check's rules require, in the certificate's words."""
+    from ._rules import RULES
+
+    words = {r.id: r.description for r in RULES}
+    return "\n".join(f"this check certifies {i}: {words.get(i, '?')}" for i in rules)
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
@@ -171,12 +189,15 @@ def pytest_terminal_summary(
     if found is None or not found.outcomes:
         return
     out_dir = config.getoption("anarchon_certificate_dir", default=None)
+    quiet_dir = os.environ.get(RESULTS_ENV)
     for certificate in found.certificates():
         terminalreporter.write_sep("=", f"anarchon conformance certificate: {certificate.backend}")
         terminalreporter.write_line(certificate.to_text())
         if out_dir:
             written = write_certificate(certificate, Path(out_dir))
             terminalreporter.write_line(f"written: {', '.join(str(p) for p in written)}")
+        if quiet_dir:
+            write_certificate(certificate, Path(quiet_dir))
 
 
 def write_certificate(

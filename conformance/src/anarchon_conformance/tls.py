@@ -4,9 +4,10 @@
 ``localhost`` and a client certificate (mutual TLS), as PEM files a server and a store URL can
 name. `TLSFront` puts TLS in front of a server that speaks none: it listens on
 ``127.0.0.1:<port>``, terminates TLS with the server certificate and forwards plain bytes, so a
-store's ``amqps://`` or ``sslmode=verify-full`` path is tested without reconfiguring the shared
-server. `PostgresTLSFront` does the same for PostgreSQL, which negotiates TLS inside its own
-protocol. Both are `FaultProxy` subclasses, so faults can be injected behind the TLS too::
+store's ``amqps://`` path is tested without reconfiguring the shared
+server. It is a `FaultProxy` subclass, so faults can be injected behind the TLS too; a protocol
+that starts TLS inside itself (PostgreSQL's ``SSLRequest``) overrides `TLSFront._opened`, as
+anarchon-postgres's tests do::
 
     certs = CertBundle.create(tmp_path)
     async with TLSFront("127.0.0.1", 5672, certs) as front:
@@ -21,15 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import struct
-import sys
 from pathlib import Path
 
 import attrs
 
 from .proxy import FaultProxy
 
-__all__ = ["SERVER_HOSTS", "CertBundle", "PostgresTLSFront", "TLSFront"]
+__all__ = ["SERVER_HOSTS", "CertBundle", "TLSFront"]
 
 SERVER_HOSTS = ("127.0.0.1", "localhost")
 """The names the server certificate is valid for."""
@@ -146,50 +145,3 @@ class TLSFront(FaultProxy):
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         self.handshakes += 1
         return reader, writer
-
-
-_SSL_REQUEST = 80877103
-_GSSENC_REQUEST = 80877104
-
-
-class PostgresTLSFront(TLSFront):
-    """A `TLSFront` for PostgreSQL: libpq opens in plain text with an 8-byte ``SSLRequest``; the
-    front answers ``S`` and then does the TLS handshake (a ``GSSENCRequest`` is declined with
-    ``N`` first). A client that does not ask for TLS (``sslmode=disable``) is hung up on."""
-
-    def _listener_tls(self) -> ssl.SSLContext | None:
-        return None  # TLS starts inside the protocol, in `_opened`
-
-    async def _opened(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        try:
-            for _ in range(2):
-                length, code = struct.unpack("!ii", await reader.readexactly(8))
-                if length != 8 or code not in (_SSL_REQUEST, _GSSENC_REQUEST):
-                    return None
-                if code == _SSL_REQUEST:
-                    # No await between this answer and the upgrade: the client's handshake
-                    # must reach the TLS layer, not the plain reader's buffer.
-                    writer.write(b"S")
-                    writer = await _start_tls(reader, writer, self.context)
-                    return await super()._opened(reader, writer)
-                writer.write(b"N")
-        except (OSError, asyncio.IncompleteReadError):
-            return None  # ssl.SSLError is an OSError: a refused handshake
-        return None
-
-
-async def _start_tls(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ssl.SSLContext
-) -> asyncio.StreamWriter:
-    """Upgrade a server-side connection to TLS in place; the writer to use from then on."""
-    if sys.version_info >= (3, 11):
-        await writer.start_tls(context)
-        return writer
-    loop = asyncio.get_running_loop()
-    protocol = writer.transport.get_protocol()
-    transport = await loop.start_tls(writer.transport, protocol, context, server_side=True)
-    if transport is None:
-        raise ConnectionError("the connection closed during the TLS handshake")
-    return asyncio.StreamWriter(transport, protocol, reader, loop)

@@ -6,6 +6,7 @@ None is collected by itself (no ``Test`` prefix): a backend author writes
 
 from __future__ import annotations
 
+from .clocks import ClockTests
 from .early_claims import EarlyClaimTests
 from .fencing import FencingTests
 from .idempotence import IdempotenceTests
@@ -20,6 +21,7 @@ from .single_winner import SingleWinnerTests
 from .stateful import StatefulTests
 
 __all__ = [
+    "ClockTests",
     "ConformanceSuite",
     "EarlyClaimTests",
     "FencingTests",
@@ -47,6 +49,7 @@ class ConformanceSuite(
     IsolationTests,
     ReconnectTests,
     StatefulTests,
+    ClockTests,
     PrepareTests,
     SetupTests,
 ):

@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from anarchon import (
     Capabilities,
+    Claim,
     ClaimRequest,
     ClaimStore,
     LeaseStore,
@@ -26,6 +27,7 @@ from anarchon import (
 
 from .._harness import DEFAULT_PREFIX, BackendHarness
 from .._resend import RESENDS, claim_as_scheduled
+from .._rules import MARKER
 
 __all__ = [
     "NOT_WON",
@@ -133,6 +135,8 @@ class HarnessSuite:
             raise TypeError(
                 f"{type(self).__name__} needs a harness: set `harness_class = YourHarness`"
             )
+        marker = request.node.get_closest_marker(MARKER)
+        self.checking = "/".join(marker.args) if marker is not None else "?"
         harness = cls(request.config.getoption("anarchon_url", default=None))
         await within(harness.setup(), 60)
         try:
@@ -154,7 +158,20 @@ class HarnessSuite:
                     suite.nodeid, harness.backend_name, await within(harness.server_version())
                 )
 
+    checking = "?"
+    """The rules the running check certifies (``L8``, ``S1/L11``), for its failure messages."""
+
     # -- helpers --------------------------------------------------------------------------------
+    async def win(self, store: ClaimStore, request: ClaimRequest) -> Claim:
+        """Claim a slot the check expects to be won (it has no run, or the claim is a resend of
+        the holder's own), and fail naming the rule under check when it is not."""
+        claim = await within(store.claim(request))
+        assert claim.won, (
+            f"{self.checking}: the check's claim of slot {request.slot} of job {request.job!r} "
+            f"must be won (a free slot, C4, or the holder's own resend, C2), got {claim}"
+        )
+        return claim
+
     @staticmethod
     async def open(harness: BackendHarness, **options: Any) -> ClaimStore:
         return await within(harness.open_store(**options), 30)
@@ -169,7 +186,8 @@ class HarnessSuite:
 
     @staticmethod
     async def now(store: ClaimStore) -> int:
-        """The store's clock (T1), or the local clock for stores without one."""
+        """The store's clock (T1), or, for a store without one (``now_ms()`` is None), this
+        process's wall clock: the instance clock such a store judges leases and lateness by."""
         value = await within(store.now_ms())
         return value if value is not None else time.time_ns() // 1_000_000
 

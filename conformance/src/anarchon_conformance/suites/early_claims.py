@@ -1,7 +1,7 @@
 """C5: C1 holds for claims sent before their slot. A store that remembers a claim for a window
 counted from when it is *written* (not from the slot) would forget a claim sent long before its
 slot while the slot can still be claimed, and let a second token win it; it must refuse such a
-claim with a `ConfigError` (`anarchon._leases.early_claim_error`) before writing anything.
+claim with a `ConfigError` (`anarchon.backend.early_claim_error`) before writing anything.
 Lease stores, and stores that remember from the slot, accept early claims and remember them.
 
 The check claims one slot, three memories ahead, at several times before and after it, each
@@ -80,7 +80,7 @@ class EarlyClaimTests(HarnessSuite):
             f"{ahead} ms ahead of the first, max_late {max_late} ms). A store that remembers a "
             f"claim for {memory} ms from when it is written must refuse a claim it could not "
             "remember until slot + max_late (raise the ConfigError of "
-            "anarchon._leases.early_claim_error before writing), or remember it from the slot"
+            "anarchon.backend.early_claim_error before writing), or remember it from the slot"
         )
         if memory is not None and memory > LONGEST_UNIT_MS:
             accepted = [
@@ -91,7 +91,7 @@ class EarlyClaimTests(HarnessSuite):
                 f"their slot, yet says it remembers a claim for {memory} ms, longer than the kit "
                 f"waits ({LONGEST_UNIT_MS} ms), so the kit cannot see whether it remembers them "
                 f"until slot + max_late ({max_late} ms). A store that remembers from the write "
-                "must refuse them (ConfigError, anarchon._leases.early_claim_error); one that "
+                "must refuse them (ConfigError, anarchon.backend.early_claim_error); one that "
                 "remembers from the slot lets the kit check it: return options for a memory of "
                 f"about {SHORT_MEMORY_MS} ms from BackendHarness.short_memory"
             )

@@ -31,9 +31,11 @@ class FencingTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         old = self.request("l7", slot, lease_ms=10_000)
-        assert (await within(store.claim(old))).won
+        await self.win(store, old)
         before = await within(harness.raw_run("l7", slot))
-        assert before is not None and before.lease_until is not None
+        assert before is not None and before.lease_until is not None, (
+            f"L7: a won claim writes a run with a lease, the store holds {before}"
+        )
         stranger = self.request("l7", slot).token
         assert not await within(store.renew("l7", slot, stranger, 600_000)), (
             "L7: renew with a token that does not hold the run must be False"
@@ -43,17 +45,21 @@ class FencingTests(HarnessSuite):
         )
         assert await within(store.renew("l7", slot, old.token, 600_000)), "L7: the holder renews"
         renewed = await within(harness.raw_run("l7", slot))
-        assert renewed is not None and renewed.lease_until is not None
+        assert renewed is not None and renewed.lease_until is not None, (
+            f"L7: a renewed run keeps its lease, the store holds {renewed}"
+        )
         assert renewed.lease_until >= before.lease_until + 500_000, (
             f"L7: renew sets lease_until = now + lease_ms, got {renewed.lease_until}"
         )
         await within(harness.force_expire("l7", slot))
         new = self.request("l7", slot)
-        assert (await within(store.claim(new))).won
+        await self.win(store, new)
         assert not await within(store.renew("l7", slot, old.token, 600_000)), (
             "L7: the taken-over runner's renew must be refused"
         )
-        assert await within(store.finish("l7", slot, new.token, RunStatus.SUCCEEDED))
+        assert await within(store.finish("l7", slot, new.token, RunStatus.SUCCEEDED)), (
+            "L8: the holder's finish must be True"
+        )
         assert not await within(store.renew("l7", slot, new.token, 600_000)), (
             "L7: a finished run cannot be renewed"
         )
@@ -68,27 +74,58 @@ class FencingTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         old = self.request("l8", slot)
-        assert (await within(store.claim(old))).won
+        await self.win(store, old)
         stranger = self.request("l8", slot).token
-        assert not await within(store.finish("l8", slot, stranger, RunStatus.SUCCEEDED))
+        assert not await within(store.finish("l8", slot, stranger, RunStatus.SUCCEEDED)), (
+            "L8: a finish with a token that does not hold the run must be False"
+        )
         run = await within(harness.raw_run("l8", slot))
         assert run is not None and run.status is RunStatus.RUNNING, (
             "L8: a refused finish writes nothing"
         )
         await within(harness.force_expire("l8", slot))
         new = self.request("l8", slot)
-        assert (await within(store.claim(new))).won
+        await self.win(store, new)
         assert not await within(store.finish("l8", slot, old.token, RunStatus.SUCCEEDED)), (
             "L8: the taken-over runner's finish must be refused (fenced)"
         )
         run = await within(harness.raw_run("l8", slot))
-        assert run is not None and run.status is RunStatus.RUNNING, run
-        assert await within(store.finish("l8", slot, new.token, RunStatus.FAILED, "it broke"))
+        assert run is not None and run.status is RunStatus.RUNNING, (
+            f"L8: a refused finish writes nothing, the store holds {run}"
+        )
+        assert await within(store.finish("l8", slot, new.token, RunStatus.FAILED, "it broke")), (
+            "L8: the finish of the holder after a takeover must be True"
+        )
         run = await within(harness.raw_run("l8", slot))
-        assert run is not None and run.status is RunStatus.FAILED, run
-        assert run.error == "it broke" and run.attempt == 2 and run.token == new.token, run
+        assert run is not None and run.status is RunStatus.FAILED, (
+            f"L8: the holder's finish writes its status (failed), the store holds {run}"
+        )
+        assert run.error == "it broke" and run.attempt == 2 and run.token == new.token, (
+            f"L8: the finished run keeps the error, attempt 2 and the holder's token: {run}"
+        )
         assert not await within(store.finish("l8", slot, new.token, RunStatus.SUCCEEDED)), (
             "L8: a run is finished once"
+        )
+
+    @rule("L8")
+    @pytest.mark.asyncio
+    async def test_L8_finish_needs_a_final_status(self, harness: BackendHarness) -> None:
+        """finish records succeeded, failed or interrupted; running or skipped is refused (a
+        `ValueError`, or False) and writes nothing."""
+        require(harness, "leases", "fencing")
+        store = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        request = self.request("l8status", slot)
+        await self.win(store, request)
+        before = await within(harness.raw_run("l8status", slot))
+        for status in (RunStatus.RUNNING, RunStatus.SKIPPED):
+            try:
+                answer = await within(store.finish("l8status", slot, request.token, status))
+            except ValueError:
+                continue
+            assert not answer, f"L8: finish with status {status} (not final) must be refused"
+        assert await within(harness.raw_run("l8status", slot)) == before, (
+            "L8: a finish with a status that is not final writes nothing"
         )
 
     @rule("L8")
@@ -104,10 +141,14 @@ class FencingTests(HarnessSuite):
         other = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("l8c2", slot)
-        assert (await within(store.claim(request))).won
-        assert await within(store.finish("l8c2", slot, request.token, status, "first"))
+        await self.win(store, request)
+        assert await within(store.finish("l8c2", slot, request.token, status, "first")), (
+            "L8: the holder's finish must be True"
+        )
         done = await within(harness.raw_run("l8c2", slot))
-        assert done is not None and done.status is status and done.error == "first", done
+        assert done is not None and done.status is status and done.error == "first", (
+            f"L8: the finish writes status {status} and its error, the store holds {done}"
+        )
         for resent_by in (store, other):
             assert await within(resent_by.finish("l8c2", slot, request.token, status, "first")), (
                 f"L8/C2: a finish resent with the same token and status ({status}) must be True "
@@ -143,18 +184,49 @@ class FencingTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         old = self.request("l8c2t", slot)
-        assert (await within(store.claim(old))).won
+        await self.win(store, old)
         await within(harness.force_expire("l8c2t", slot))
         new = self.request("l8c2t", slot)
-        assert (await within(store.claim(new))).won
-        assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED))
+        await self.win(store, new)
+        assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED)), (
+            "L8: the new holder's finish must be True"
+        )
         for _ in range(2):
             assert not await within(store.finish("l8c2t", slot, old.token, RunStatus.SUCCEEDED)), (
                 "L8: the taken-over runner's finish stays fenced, even with the winner's status"
             )
-            assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED))
+            assert await within(store.finish("l8c2t", slot, new.token, RunStatus.SUCCEEDED)), (
+                "L8/C2: the new holder's finish, resent, must be True again"
+            )
         run = await within(harness.raw_run("l8c2t", slot))
-        assert run is not None and run.attempt == 2 and run.token == new.token, run
+        assert run is not None and run.attempt == 2 and run.token == new.token, (
+            f"L8: the run stays the new holder's (attempt 2), the store holds {run}"
+        )
+
+    @rule("L8")
+    @pytest.mark.asyncio
+    async def test_L8_C2_concurrent_resends_of_one_finish_are_true(
+        self, harness: BackendHarness
+    ) -> None:
+        """The runtime resends a finish whose answer it did not hear while the first is still on
+        its way: both arrive together, and both must be True (one writes, one is its resend)."""
+        require(harness, "leases", "fencing")
+        first = await self.open_lease(harness)
+        second = await self.open_lease(harness)
+        slot = await self.current_slot(first)
+        for n in range(5):
+            request = self.request(f"l8both{n}", slot)
+            await self.win(first, request)
+            answers = await within(
+                asyncio.gather(
+                    first.finish(request.job, slot, request.token, RunStatus.SUCCEEDED),
+                    second.finish(request.job, slot, request.token, RunStatus.SUCCEEDED),
+                )
+            )
+            assert list(answers) == [True, True], (
+                f"L8/C2: two concurrent finishes with the holder's token and one status must both "
+                f"be True (one writes, the other is its resend), got {answers}"
+            )
 
     @rule("L9")
     @pytest.mark.asyncio
@@ -164,12 +236,15 @@ class FencingTests(HarnessSuite):
         backup = await self.open_lease(harness)
         slot = await self.current_slot(store)
         holder = self.request("l9", slot)
-        assert (await within(store.claim(holder))).won
+        await self.win(store, holder)
         stranger = self.request("l9", slot).token
         assert not await within(store.release("l9", slot, stranger)), (
             "L9: a stranger cannot release"
         )
-        assert (await within(backup.claim(self.request("l9", slot)))).outcome is Outcome.RUNNING
+        held = await within(backup.claim(self.request("l9", slot)))
+        assert held.outcome is Outcome.RUNNING, (
+            f"L9/L3: after a refused release the lease is still live: running, got {held}"
+        )
         assert await within(store.release("l9", slot, holder.token)), "L9: the holder releases"
         assert await within(store.release("l9", slot, holder.token)), (
             "L9: a second release by the holder (often in the same millisecond, so it changes "
@@ -194,10 +269,12 @@ class FencingTests(HarnessSuite):
         slot = await self.current_slot(store)
         async with anarchon.once(store, "f1", slot, lease="900ms", instance="runner") as run:
             assert run is not None, "F1: the first claim of a fresh slot must win"
-            assert not run.fenced
+            assert not run.fenced, "F1: a runner that just won its claim is not fenced"
             await within(harness.force_expire("f1", slot))
             taken = await within(backup.claim(self.request("f1", slot, lease_ms=60_000)))
-            assert taken.won and taken.attempt == 2, taken
+            assert taken.won and taken.attempt == 2, (
+                f"L4: a takeover after the lease ran out wins attempt 2, got {taken}"
+            )
             await _until(lambda: run.fenced, 3.0, "F1: the runner to fence itself")
             with pytest.raises(Fenced):
                 run.ensure_held()
@@ -250,10 +327,18 @@ class FencingTests(HarnessSuite):
                 if attempt > 1:
                     await within(harness.force_expire("f2", slot))
                 claim = await within(store.claim(self.request("f2", slot)))
-                assert claim.won and claim.attempt == attempt, claim
+                assert claim.won and claim.attempt == attempt, (
+                    f"F2/L4: claim {attempt} of slot {slot} must win attempt {attempt}, got {claim}"
+                )
                 run = await within(harness.raw_run("f2", slot))
-                assert run is not None and run.attempt == attempt, run
-                assert run.fencing_token == fencing_token(slot, attempt)
+                assert run is not None and run.attempt == attempt, (
+                    f"F2: the store holds attempt {attempt} of slot {slot}, got {run}"
+                )
+                assert run.fencing_token == fencing_token(slot, attempt), (
+                    f"F2: the fencing token of (slot {slot}, attempt {attempt}) is "
+                    f"fencing_token(slot, attempt) = {fencing_token(slot, attempt)}, "
+                    f"got {run.fencing_token}"
+                )
                 seen.append(run.fencing_token)
         assert seen == sorted(set(seen)), f"F2: fencing tokens must grow strictly: {seen}"
 

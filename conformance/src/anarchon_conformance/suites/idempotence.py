@@ -90,7 +90,7 @@ class IdempotenceTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("c2f", slot)
-        assert (await within(store.claim(request))).won
+        await self.win(store, request)
         assert await within(store.finish("c2f", slot, request.token, RunStatus.SUCCEEDED))
         again = await within(store.claim(request))
         assert again.outcome is Outcome.DONE, f"C2: a finished run resent is done, got {again}"
@@ -149,7 +149,7 @@ class IdempotenceTests(HarnessSuite):
             for writes in range(1, MAX_WRITES + 1):
                 job = f"l8p{writes}"
                 request = self.request(job, slot)
-                assert (await within(direct.claim(request))).won
+                await self.win(direct, request)
                 proxy.drop_reply_after(writes)
                 try:
                     first = await within(store.finish(job, slot, request.token, RunStatus.FAILED))

@@ -4,6 +4,8 @@ for skipped slots are checked in detail by the ledger suite (S1)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from anarchon import Outcome, Overlap, RunStatus
@@ -66,7 +68,7 @@ class LeaseTests(HarnessSuite):
         store = await self.open_lease(harness)
         first = await self.current_slot(store) - 5000
         a = self.request("ovl", first, overlap=Overlap.SKIP)
-        assert (await within(store.claim(a))).won
+        await self.win(store, a)
         skipped = await within(store.claim(self.request("ovl", first + 1000, overlap=Overlap.SKIP)))
         assert skipped.outcome is Outcome.SKIPPED and skipped.skip_kind == "overlap", (
             f"L1: overlap 'skip' while slot {first} runs must answer skipped (overlap), "
@@ -96,7 +98,7 @@ class LeaseTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("l2", slot)
-        assert (await within(store.claim(request))).won
+        await self.win(store, request)
         before = await within(harness.raw_run("l2", slot))
         again = await within(store.claim(request))
         assert again.won and again.attempt == 1, again
@@ -110,7 +112,7 @@ class LeaseTests(HarnessSuite):
         other = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("l3", slot, instance="host:1:0001")
-        assert (await within(store.claim(request))).won
+        await self.win(store, request)
         before = await within(harness.raw_run("l3", slot))
         claim = await within(other.claim(self.request("l3", slot, instance="host:2:0002")))
         assert claim.outcome is Outcome.RUNNING, f"L3: a live lease is running, got {claim}"
@@ -125,7 +127,7 @@ class LeaseTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         old = self.request("l4", slot)
-        assert (await within(store.claim(old))).won
+        await self.win(store, old)
         await within(harness.force_expire("l4", slot))
         new = self.request("l4", slot, instance="host:9:0009")
         claim = await within(store.claim(new))
@@ -143,7 +145,7 @@ class LeaseTests(HarnessSuite):
         require(harness, "leases")
         store = await self.open_lease(harness)
         slot = await self.current_slot(store) - 30_000
-        assert (await within(store.claim(self.request("l4late", slot, max_late_ms=600_000)))).won
+        await self.win(store, self.request("l4late", slot, max_late_ms=600_000))
         await within(harness.force_expire("l4late", slot))
         claim = await within(store.claim(self.request("l4late", slot, max_late_ms=0)))
         assert claim.won and claim.attempt == 2, f"L4: lateness does not apply, got {claim}"
@@ -154,9 +156,10 @@ class LeaseTests(HarnessSuite):
         require(harness, "leases")
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
-        assert (await within(store.claim(self.request("l5", slot, attempts=2)))).won
+        await self.win(store, self.request("l5", slot, attempts=2))
         await within(harness.force_expire("l5", slot))
-        assert (await within(store.claim(self.request("l5", slot, attempts=2)))).attempt == 2
+        last = self.request("l5", slot, attempts=2)
+        assert (await within(store.claim(last))).attempt == 2
         await within(harness.force_expire("l5", slot))
         claim = await within(store.claim(self.request("l5", slot, attempts=2)))
         assert claim.outcome is Outcome.DONE, f"L5: no attempts left is done, got {claim}"
@@ -165,6 +168,13 @@ class LeaseTests(HarnessSuite):
         assert run.attempt == 2, run
         later = await within(store.claim(self.request("l5", slot, attempts=5)))
         assert later.outcome is Outcome.DONE, f"L6: an interrupted run stays done, got {later}"
+        if harness.capabilities.fencing:
+            assert not await within(store.finish("l5", slot, last.token, RunStatus.SUCCEEDED)), (
+                "L8/L5: the last holder's finish of a run marked interrupted is refused (fenced)"
+            )
+            assert await within(harness.raw_run("l5", slot)) == run, (
+                "L8: a refused finish writes nothing"
+            )
 
     @rule("L6")
     @pytest.mark.asyncio
@@ -176,7 +186,7 @@ class LeaseTests(HarnessSuite):
         store = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("l6", slot)
-        assert (await within(store.claim(request))).won
+        await self.win(store, request)
         assert await within(store.finish("l6", slot, request.token, status, "boom"))
         for asking in (request, self.request("l6", slot), self.request("l6", slot, attempts=9)):
             claim = await within(store.claim(asking))
@@ -194,10 +204,14 @@ class LeaseTests(HarnessSuite):
         backup = await self.open_lease(harness)
         slot = await self.current_slot(store)
         request = self.request("l10", slot)
-        assert (await within(store.claim(request))).won
+        await self.win(store, request)
         before = await within(harness.raw_run("l10", slot))
         polled = await within(backup.check(self.request("l10", slot)))
         assert polled.outcome is Outcome.RUNNING, f"L10: a live lease is running, got {polled}"
+        own = await within(store.check(request))
+        assert own.won and own.attempt == 1, (
+            f"L10/L2: the holder's own check (same token) is won, attempt 1, got {own}"
+        )
         assert await within(harness.raw_run("l10", slot)) == before, (
             "L10: a check of a live lease writes nothing"
         )
@@ -211,6 +225,61 @@ class LeaseTests(HarnessSuite):
         fresh = await within(backup.check(self.request("l10", slot + 1000)))
         assert fresh.won, f"L10: a missing run goes through the claim step, got {fresh}"
 
+    @rule("L10", "L5")
+    @pytest.mark.asyncio
+    async def test_L10_check_of_an_expired_last_attempt_is_done(
+        self, harness: BackendHarness
+    ) -> None:
+        require(harness, "leases")
+        store = await self.open_lease(harness)
+        backup = await self.open_lease(harness)
+        slot = await self.current_slot(store)
+        await self.win(store, self.request("l10last", slot, attempts=1))
+        await within(harness.force_expire("l10last", slot))
+        claim = await within(backup.check(self.request("l10last", slot, attempts=1)))
+        assert claim.outcome is Outcome.DONE and claim.attempt == 1, (
+            f"L10/L5: a check of a run whose last attempt's lease ran out goes through the claim "
+            f"step, which marks it interrupted: done, attempt 1, got {claim}"
+        )
+        run = await within(harness.raw_run("l10last", slot))
+        assert run is not None and run.status is RunStatus.INTERRUPTED, (
+            f"L10/L5: the store marks the run interrupted, it holds {run}"
+        )
+
+    @rule("L11")
+    @pytest.mark.asyncio
+    async def test_L11_a_live_lease_is_never_forgotten(self, harness: BackendHarness) -> None:
+        """Past its retention horizon, with newer runs beyond `history_limit`, a run whose lease
+        was renewed and is still live stays: its runner still runs it."""
+        require(harness, "leases")
+        store = await self.open_lease(harness, history_limit=1, retention_margin_ms=1)
+        now = await self.now(store)
+        old = self.request("l11live", now - 50, lease_ms=100, max_late_ms=200, attempts=1)
+        await self.win(store, old)
+        assert await within(store.renew("l11live", old.slot, old.token, 60_000)), (
+            "L7: the holder renews its lease"
+        )
+        horizon = old.slot + 200 + 100 + 1
+        for _ in range(100):  # until the store's clock passed the horizon (5 s at most)
+            if await self.now(store) > horizon:
+                break
+            await asyncio.sleep(0.05)
+        for n in range(3):
+            newer = await self.now(store) - 10 + n
+            await self.win(
+                store,
+                self.request("l11live", newer, lease_ms=100, max_late_ms=2_000, attempts=1),
+            )
+        run = await within(harness.raw_run("l11live", old.slot))
+        assert run is not None and run.status is RunStatus.RUNNING and run.token == old.token, (
+            f"L11: a run past its retention horizon whose lease is live (renewed) is never "
+            f"forgotten, the store holds {run}"
+        )
+        other = await within(store.claim(self.request("l11live", old.slot, max_late_ms=600_000)))
+        assert other.outcome is Outcome.RUNNING, (
+            f"L11/L3: the live lease still answers running, got {other}"
+        )
+
     @rule("L11")
     @pytest.mark.asyncio
     async def test_L11_run_kept_until_its_horizon(self, harness: BackendHarness) -> None:
@@ -218,10 +287,10 @@ class LeaseTests(HarnessSuite):
         store = await self.open_lease(harness, history_limit=1, retention_margin_ms=1)
         base = await self.current_slot(store)
         first = self.request("l11", base - 10_000)
-        assert (await within(store.claim(first))).won
+        await self.win(store, first)
         assert await within(store.finish("l11", first.slot, first.token, RunStatus.SUCCEEDED))
         for n in range(1, 6):
-            assert (await within(store.claim(self.request("l11", base - 10_000 + n * 1000)))).won
+            await self.win(store, self.request("l11", base - 10_000 + n * 1000))
         run = await within(harness.raw_run("l11", first.slot))
         assert run is not None and run.status is RunStatus.SUCCEEDED, (
             f"L11: a run is kept until slot + max_late + attempts * lease, got {run}"
@@ -236,8 +305,10 @@ class LeaseTests(HarnessSuite):
         store = await self.open(harness)
         base = await self.current_slot(store)
         slots = [base - 3000, base - 1000, base - 2000]
+        if harness.claims_in_slot_order:
+            slots.sort()
         for slot in slots:
-            assert (await within(store.claim(self.request("hist", slot)))).won
+            await self.win(store, self.request("hist", slot))
         runs = await within(store.history("hist", 2))
         assert [r.slot for r in runs] == [base - 1000, base - 2000], runs
         assert all(r.job == "hist" for r in runs)

@@ -115,7 +115,7 @@ class LedgerTests(HarnessSuite):
         other = await self.open(harness)
         slot = await self.current_slot(store)
         winner = self.request("s1taken", slot, instance="host:1:0001")
-        assert (await within(store.claim(winner))).won
+        await self.win(store, winner)
         before = await within(harness.raw_run("s1taken", slot))
         late_skip = self.request("s1taken", slot, instance="host:2:0002", skip_reason=REASON)
         answer = await within(other.claim(late_skip))
@@ -140,7 +140,7 @@ class LedgerTests(HarnessSuite):
         other = await self.open_lease(harness)
         first = await self.current_slot(store) - 5000
         holder = self.request("s1ovl", first, overlap=Overlap.SKIP)
-        assert (await within(store.claim(holder))).won
+        await self.win(store, holder)
         skipped = self.request("s1ovl", first + 1000, overlap=Overlap.SKIP, instance="host:2:0002")
         before = await self.now(store)
         answer = await within(store.claim(skipped))
@@ -218,6 +218,76 @@ class LedgerTests(HarnessSuite):
         assert await within(harness.raw_run("s1late", late.slot)) == record
         await self.assert_in_history(harness, late, answer.reason)
 
+    @rule("S1", "L1")
+    @pytest.mark.asyncio
+    async def test_S1_L1_order_late_then_skip_reason_then_overlap(
+        self, harness: BackendHarness
+    ) -> None:
+        """L1's order for a slot with no run: late before the request's skip_reason before
+        overlap, each recorded with its own reason."""
+        require(harness, "leases", "overlap", "skips")
+        store = await self.open_lease(harness)
+        base = await self.current_slot(store)
+        holder = self.request("s1order", base - 3000, overlap=Overlap.SKIP)
+        await self.win(store, holder)  # a live lease: every later slot of the job overlaps
+        for what, request, kind in (
+            (
+                "late, with a skip_reason, overlapping",
+                self.request(
+                    "s1order",
+                    base - 70_000,
+                    max_late_ms=60_000,
+                    skip_reason=REASON,
+                    overlap=Overlap.SKIP,
+                ),
+                "late:",
+            ),
+            (
+                "not late, with a skip_reason, overlapping",
+                self.request("s1order", base - 2000, skip_reason=REASON, overlap=Overlap.SKIP),
+                REASON,
+            ),
+            (
+                "not late, no skip_reason, overlapping",
+                self.request("s1order", base - 1000, overlap=Overlap.SKIP),
+                "overlap:",
+            ),
+        ):
+            answer = await within(store.claim(request))
+            assert answer.outcome is Outcome.SKIPPED and answer.reason.startswith(kind), (
+                f"S1/L1: a slot {what} is recorded as a skip whose reason starts with {kind!r} "
+                f"(late before skip_reason before overlap), got {answer}"
+            )
+            run = await within(harness.raw_run("s1order", request.slot))
+            assert run is not None and run.error == answer.reason, (
+                f"S1: the record keeps the answered reason {answer.reason!r}, got {run}"
+            )
+
+    @rule("S1", "C1")
+    @pytest.mark.asyncio
+    async def test_S1_concurrent_claims_of_a_late_slot_record_one_skip(
+        self, harness: BackendHarness
+    ) -> None:
+        """Many instances claim one late slot at once: one skip is recorded, and every one of
+        them is answered with it (its token, holder and reason)."""
+        require(harness, "leases", "skips")
+        stores = [await self.open_lease(harness) for _ in range(3)]
+        now = await self.now(stores[0])
+        slot = now - now % 1000 - 120_000
+        requests = [self.request("s1race", slot, instance=f"host:{n}:0510") for n in range(12)]
+        claims = await within(
+            asyncio.gather(*(stores[n % 3].claim(r) for n, r in enumerate(requests))), 60
+        )
+        seen = {(c.outcome, c.token, c.reason) for c in claims}
+        assert len(seen) == 1 and next(iter(seen))[0] is Outcome.SKIPPED, (
+            f"S1: {len(requests)} concurrent claims of a late slot record one skip and all "
+            f"answer it alike (skipped, one token, one reason), got {sorted(map(str, seen))}"
+        )
+        run = await within(harness.raw_run("s1race", slot))
+        assert run is not None and run.token == claims[0].token, (
+            f"S1: the store holds the one skip every claim answered, got {run}"
+        )
+
     @rule("S1", "L11")
     @pytest.mark.asyncio
     async def test_S1_forgotten_slot_is_late_and_writes_nothing(
@@ -231,7 +301,7 @@ class LedgerTests(HarnessSuite):
         store = await self.open_lease(harness, history_limit=1, retention_margin_ms=1)
         now = await self.now(store)
         old = self.request("s1gone", now - 50, lease_ms=100, max_late_ms=200, attempts=1)
-        assert (await within(store.claim(old))).won
+        await self.win(store, old)
         assert await within(store.finish("s1gone", old.slot, old.token, RunStatus.SUCCEEDED))
         if not await self.forget(harness, store, old):
             pytest.skip(
@@ -252,6 +322,43 @@ class LedgerTests(HarnessSuite):
                 f"S1/L11: a forgotten slot writes nothing (no skip record), slot {asking.slot}"
             )
 
+    @rule("S1", "L11")
+    @pytest.mark.asyncio
+    async def test_S1_L11_a_skip_record_is_forgotten_like_a_run(
+        self, harness: BackendHarness
+    ) -> None:
+        """A skip record is a run for retention: past its horizon and beyond `history_limit` it
+        is deleted like any run, and the floor it leaves answers late with nothing written."""
+        require(harness, "leases", "skips")
+        if harness.capabilities.remembers_ms is not None:
+            pytest.skip(
+                "not applicable: capability remembers_ms is finite (the store keeps no floor)"
+            )
+        store = await self.open_lease(harness, history_limit=1, retention_margin_ms=1)
+        now = await self.now(store)
+        old = self.request("s1skipgone", now - 500, lease_ms=100, max_late_ms=200, attempts=1)
+        answer = await within(store.claim(old))
+        assert answer.outcome is Outcome.SKIPPED and answer.reason.startswith("late:"), (
+            f"S1: a slot 500 ms old with max_late 200 ms is recorded as a late skip, got {answer}"
+        )
+        if not await self.forget(harness, store, old):
+            pytest.skip(
+                f"not applicable: the store kept a skip record past its retention for "
+                f"{FORGET_WITHIN_S} s with history_limit=1, so the floor could not be tested"
+            )
+        for asking in (
+            self.request("s1skipgone", old.slot, max_late_ms=3_600_000),
+            self.request("s1skipgone", old.slot, max_late_ms=3_600_000, skip_reason=REASON),
+        ):
+            again = await within(store.claim(asking))
+            assert again.outcome is Outcome.LATE and again.reason, (
+                f"S1/L11: a forgotten skip record leaves the floor at its slot {old.slot}: a "
+                f"claim of it is late with nothing written, got {again}"
+            )
+            assert await within(harness.raw_run("s1skipgone", old.slot)) is None, (
+                f"S1/L11: a claim of a forgotten skip's slot writes nothing, slot {old.slot}"
+            )
+
     async def forget(self, harness: BackendHarness, store: LeaseStore, old: ClaimRequest) -> bool:
         """Claim newer slots of the job until the store deleted `old` (L11); False if it did
         not within `FORGET_WITHIN_S`."""
@@ -259,9 +366,9 @@ class LedgerTests(HarnessSuite):
         last = old.slot
         while time.monotonic() < deadline:
             last = max(last + 1, await self.now(store) - 10)
-            newer = self.request("s1gone", last, lease_ms=100, max_late_ms=200, attempts=1)
-            assert (await within(store.claim(newer))).won
-            if await within(harness.raw_run("s1gone", old.slot)) is None:
+            newer = self.request(old.job, last, lease_ms=100, max_late_ms=2_000, attempts=1)
+            await self.win(store, newer)
+            if await within(harness.raw_run(old.job, old.slot)) is None:
                 return True
             await asyncio.sleep(0.05)
         return False

@@ -56,7 +56,7 @@ class PrepareTests(HarnessSuite):
         assert won.won, f"PREP: a prepared slot must be claimable by anyone: {won}"
         lost = await within(store.claim(self.request("prep-a", slot)))
         assert lost.outcome in NOT_WON, f"PREP: preparing gave the preparer a won run: {lost}"
-        assert (await within(store.claim(self.request("prep-b", slot)))).won
+        await self.win(store, self.request("prep-b", slot))
         # Preparing again after the claims changes no outcome.
         await within(preparer(other).prepare(jobs, slot))
         for job in ("prep-a", "prep-b"):
@@ -64,7 +64,7 @@ class PrepareTests(HarnessSuite):
             assert again.outcome in NOT_WON, f"PREP: a preparation reopened run {job}: {again}"
             assert await within(harness.raw_run(job, slot)) is not None
         assert await within(harness.raw_run("prep-c", slot)) is None
-        assert (await within(other.claim(self.request("prep-c", slot)))).won
+        await self.win(other, self.request("prep-c", slot))
 
     @rule("PREP", "C1")
     @pytest.mark.asyncio
@@ -96,7 +96,7 @@ class PrepareTests(HarnessSuite):
         slot = await self.future_slot(store, min(horizon // 2, 1_000))
         await within(preparer(store).prepare(["prep-t3"], slot))
         await self.until(store, slot)
-        assert (await within(store.claim(self.request("prep-t3", slot, max_late_ms=300)))).won
+        await self.win(store, self.request("prep-t3", slot, max_late_ms=300))
         await self.until(store, await self.now(store) + min(horizon, BUDGET_MS) - 100)
         asking = memory_max_late_ms(caps)
         again = await within(store.claim(self.request("prep-t3", slot, max_late_ms=asking)))

@@ -30,7 +30,7 @@ class ReconnectTests(HarnessSuite):
         async with FaultProxy(*address) as proxy:
             store = await self.open(harness, address=proxy.address)
             slot = await self.current_slot(store)
-            assert (await within(store.claim(self.request("rec", slot)))).won
+            await self.win(store, self.request("rec", slot))
             for n in range(1, 4):
                 proxy.drop_all()
                 claim = await resend(store, self.request("rec", slot + n * 1000))

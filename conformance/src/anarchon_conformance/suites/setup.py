@@ -46,6 +46,6 @@ class SetupTests(HarnessSuite):
         await within(setter(other).setup_jobs(jobs))
         again = await within(store.claim(self.request("setup-a", slot, instance="s:1:1")))
         assert again.outcome in NOT_WON, f"SETUP: setting up again reopened the run: {again}"
-        assert (await within(store.claim(self.request("setup-b", slot)))).won
+        await self.win(store, self.request("setup-b", slot))
         # A job nobody set up is claimed as usual.
-        assert (await within(other.claim(self.request("setup-never", slot)))).won
+        await self.win(other, self.request("setup-never", slot))

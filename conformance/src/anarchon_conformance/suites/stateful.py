@@ -76,7 +76,10 @@ def build_machine(harness: BackendHarness, loop: asyncio.AbstractEventLoop) -> t
                 store = run(harness.open_store(prefix=self.prefix))
                 assert isinstance(store, LeaseStore)
                 self.stores.append(store)
-            now = run(self.stores[0].now_ms())
+            # The model runs on the store's clock; a store without one (now_ms() is None) judges
+            # by the instance's clock (T1), which here is this process's wall clock.
+            store_now = run(self.stores[0].now_ms())
+            now = _wall_ms() if store_now is None else store_now
             offset = now - _wall_ms()
             self.model = MemoryStore.create(clock=lambda: _wall_ms() + offset)
             base = now - now % 1000

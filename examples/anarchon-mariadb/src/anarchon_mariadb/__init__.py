@@ -1,7 +1,8 @@
 """anarchon-mariadb: a worked example of a third-party anarchon backend, ``mariadb://``.
 
-Written only against anarchon's public contract (`anarchon.abc.LeaseStore`, the values exported
-by `anarchon`, and `anarchon.hookimpl`), and certified by `anarchon-conformance`.
+Written only against anarchon's public API (`anarchon.backend`: the contract, the values and
+the lease rules `decide_claim` and `decide_finish`; `anarchon.hookimpl`), and certified by
+`anarchon-conformance`.
 """
 
 from __future__ import annotations

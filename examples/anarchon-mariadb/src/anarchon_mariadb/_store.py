@@ -1,12 +1,12 @@
 """`mariadb://user:password@host:port/database`: leases in two InnoDB tables.
 
-Each claim is one transaction that first locks the job's row in ``<table>_jobs`` with
-``SELECT ... FOR UPDATE`` (so claims of one job are serialised, C1), then reads the server's clock
-(T1: ``NOW(3)``, read after the lock), decides by the lease table L1-L6, and writes. A slot it
-decides not to run (late, the caller's `skip_reason`, overlap) is written as a ``skipped`` row in
-that transaction (the ledger, S1). renew, finish and release are single
-``UPDATE ... WHERE token = ...`` statements (L7-L9); a finish that matches nothing reads the row
-to recognise its own resend (C2).
+Each claim is one transaction that first locks the job's row in ``<table>_jobs`` (so claims of
+one job are serialised, C1), then reads the server's clock (T1: ``NOW(3)``, read after the
+lock), the run and the job's floor, and lets `anarchon.backend.decide_claim` apply L1-L6 and the
+ledger (S1); it writes what that returns. renew, finish and release are single
+``UPDATE ... WHERE token = ...`` statements (L7-L9); a finish that matches nothing asks
+`decide_finish` whether it is its own resend (C2 for finish). Everything comes from
+`anarchon.backend`, the module in-tree backends use.
 """
 
 from __future__ import annotations
@@ -19,20 +19,25 @@ import aiomysql  # type: ignore[import-untyped]
 import attrs
 import pymysql  # type: ignore[import-untyped]
 
-from anarchon import (
+from anarchon.backend import (
+    LEASE_STORE,
     Capabilities,
     Claim,
     ClaimRequest,
     ConfigError,
-    Outcome,
+    LeaseStore,
     Overlap,
     RunRecord,
     RunStatus,
     StoreOptions,
     StoreUnavailable,
     StoreURL,
+    decide_claim,
+    decide_finish,
+    keep_until,
+    shown_url,
+    sweeps_now,
 )
-from anarchon.abc import LeaseStore
 
 __all__ = ["MariaDBOptions", "MariaDBStore"]
 
@@ -72,20 +77,10 @@ class MariaDBStore(LeaseStore):
         self.runs = f"{options.table}_runs"
         self.jobs = f"{options.table}_jobs"
         self._pool: aiomysql.Pool | None = None
-        self._known_jobs: set[str] = set()
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            leases=True,
-            self_recognition=True,
-            fencing=True,
-            overlap=True,
-            history=True,
-            store_clock=True,
-            skips=True,
-            remembers_ms=None,
-        )
+        return LEASE_STORE  # every rule, by the server's clock, runs never forgotten too early
 
     # -- connections ----------------------------------------------------------------------------
     async def open(self) -> None:
@@ -105,7 +100,9 @@ class MariaDBStore(LeaseStore):
                 connect_timeout=5,
             )
         except TRANSPORT as exc:
-            raise StoreUnavailable(f"cannot reach MariaDB at {self.url}: {exc}") from None
+            raise StoreUnavailable(
+                f"cannot reach MariaDB at {shown_url(self.url)}: {exc}"
+            ) from None
         await self._run(self._create_schema)
 
     async def close(self) -> None:
@@ -119,11 +116,12 @@ class MariaDBStore(LeaseStore):
         (the caller may resend, C2) and the broken connection is thrown away."""
         if self._pool is None:
             raise StoreUnavailable("the store is not open: await store.open() first")
+        where = shown_url(self.url)
         for _ in range(10):
             try:
                 conn = await self._pool.acquire()
             except TRANSPORT as exc:
-                raise StoreUnavailable(f"cannot reach MariaDB at {self.url}: {exc}") from None
+                raise StoreUnavailable(f"cannot reach MariaDB at {where}: {exc}") from None
             try:
                 if transaction:
                     await conn.begin()
@@ -137,10 +135,10 @@ class MariaDBStore(LeaseStore):
                     await conn.rollback()
                     continue
                 conn.close()
-                raise StoreUnavailable(f"MariaDB at {self.url}: {exc}") from None
+                raise StoreUnavailable(f"MariaDB at {where}: {exc}") from None
             except TRANSPORT as exc:
                 conn.close()
-                raise StoreUnavailable(f"MariaDB at {self.url}: {exc}") from None
+                raise StoreUnavailable(f"MariaDB at {where}: {exc}") from None
             except BaseException:
                 conn.close()
                 raise
@@ -165,105 +163,42 @@ class MariaDBStore(LeaseStore):
 
     # -- the claim step -------------------------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
-        if request.job not in self._known_jobs:
-            await self._run(
-                lambda cur: cur.execute(
-                    f"INSERT INTO {self.jobs} (prefix, job) VALUES (%s, %s) "
-                    "ON DUPLICATE KEY UPDATE job = job",
-                    (self.options.prefix, request.job),
-                )
-            )
-            self._known_jobs.add(request.job)
         return await self._run(lambda cur: self._claim(cur, request), transaction=True)
 
     async def _claim(self, cur: Any, request: ClaimRequest) -> Claim:
         key = (self.options.prefix, request.job)
+        await cur.execute(  # the job's row: created once, locked by every claim of the job
+            f"INSERT INTO {self.jobs} (prefix, job) VALUES (%s, %s) "
+            "ON DUPLICATE KEY UPDATE job = job",
+            key,
+        )
         await cur.execute(
             f"SELECT floor FROM {self.jobs} WHERE prefix = %s AND job = %s FOR UPDATE", key
         )
         (floor,) = await cur.fetchone()
         now = await _now(cur)  # after the lock: the instant this claim is decided at (T1)
         run = await self._read(cur, request.job, request.slot)
-        if run is None:  # L1, in this order
-            if floor is not None and request.slot <= floor:  # L11: ran and deleted? write nothing
-                return Claim(outcome=Outcome.LATE, reason=f"forgotten: slot <= floor {floor}")
-            skip = await self._skip_reason(cur, request, now)
-            if skip is not None:  # the ledger (S1): record the decision in this transaction
-                await self._insert(cur, request, now, skip)
-                return _skipped(request.token, request.instance, skip)
-            await self._insert(cur, request, now, None)
-            return _answer(Outcome.WON, 1, request.token, request.instance, now + request.lease_ms)
-        if run.status is RunStatus.SKIPPED:  # a decided skip answers the same to everyone
-            return _skipped(run.token, run.holder, run.error)
-        if run.status is not RunStatus.RUNNING:  # L6
-            return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
-        if run.token == request.token:  # L2
-            return _answer(Outcome.WON, run.attempt, run.token, run.holder, run.lease_until)
-        if run.lease_until is not None and run.lease_until >= now:  # L3
-            return _answer(Outcome.RUNNING, run.attempt, run.token, run.holder, run.lease_until)
-        where = "WHERE prefix = %s AND job = %s AND slot = %s"
-        if run.attempt < request.attempts:  # L4: takeover
-            await cur.execute(
-                f"UPDATE {self.runs} SET attempt = attempt + 1, token = %s, holder = %s, "
-                f"claimed_at = %s, lease_until = %s {where}",
-                (request.token, request.instance, now, now + request.lease_ms, *key, request.slot),
-            )
-            lease_until = now + request.lease_ms
-            return _answer(
-                Outcome.WON, run.attempt + 1, request.token, request.instance, lease_until
-            )
-        await cur.execute(  # L5
-            f"UPDATE {self.runs} SET status = 'interrupted', finished_at = %s, "
-            f"error = 'the last attempt''s lease ran out' {where}",
-            (now, *key, request.slot),
-        )
-        return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
-
-    async def _skip_reason(self, cur: Any, request: ClaimRequest, now: int) -> str | None:
-        """L1 steps 2-4 for a slot with no run: why it is not to run (late, the caller's
-        reason, overlap naming the slot that holds a lease), or None: it may be won."""
-        age = now - request.slot
-        if age > request.max_late_ms:
-            return f"late: slot is {age} ms old, max_late is {request.max_late_ms} ms"
-        if request.skip_reason is not None:
-            return request.skip_reason
-        if request.overlap is Overlap.SKIP:
+        holding = None
+        if run is None and request.overlap is Overlap.SKIP:
             await cur.execute(
                 f"SELECT slot FROM {self.runs} WHERE prefix = %s AND job = %s AND slot <> %s "
                 "AND status = 'running' AND lease_until >= %s LIMIT 1",
-                (self.options.prefix, request.job, request.slot, now),
+                (*key, request.slot, now),
             )
-            holding = await cur.fetchone()
-            if holding is not None:
-                return (
-                    f"overlap: slot {holding[0]} of this job holds a live lease and overlap "
-                    "is 'skip'"
-                )
-        return None
-
-    async def _insert(
-        self, cur: Any, request: ClaimRequest, now: int, skip_reason: str | None
-    ) -> None:
-        """Write the slot's first row: a run (running, attempt 1, a lease) or, with
-        `skip_reason`, a skip record (skipped, attempt 0, finished now, the reason as error).
-        Both are kept, counted and forgotten alike (L11)."""
-        keep = request.slot + request.max_late_ms + request.attempts * request.lease_ms
-        row: tuple[str, int, int | None, int | None, str | None]
-        if skip_reason is None:
-            row = ("running", 1, now + request.lease_ms, None, None)
-        else:
-            row = ("skipped", 0, None, now, skip_reason)
-        status, attempt, lease_until, finished_at, error = row
-        await cur.execute(
-            f"INSERT INTO {self.runs} (prefix, job, {COLUMNS}, keep_until) VALUES "
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                *(self.options.prefix, request.job, request.slot, status, attempt),
-                *(request.token, request.instance, now, lease_until, finished_at, error),
-                keep + self.options.retention_margin_ms,
-            ),
-        )
-        await self._sweep(cur, request.job, now)
+            row = await cur.fetchone()
+            holding = None if row is None else int(row[0])
+        answer, write = decide_claim(run, request, now, floor=floor, other_live=lambda: holding)
+        if write is not None:
+            keep = keep_until(request, self.options.retention_margin_ms)
+            await cur.execute(
+                f"INSERT INTO {self.runs} (prefix, job, {COLUMNS}, keep_until) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
+                + ", ".join(f"{c} = VALUES({c})" for c in COLUMNS.split(", ")[1:]),
+                (*key, *_row(write), keep),
+            )
+            if run is None and sweeps_now(request.job, request.slot, self.options.history_limit):
+                await self._sweep(cur, request.job, now)
+        return answer
 
     async def _sweep(self, cur: Any, job: str, now: int) -> None:
         """L11: forget the oldest runs beyond `history_limit` once past their horizon; the
@@ -273,20 +208,20 @@ class MariaDBStore(LeaseStore):
             "WHERE prefix = %s AND job = %s ORDER BY slot DESC LIMIT 1000000 OFFSET %s",
             (self.options.prefix, job, self.options.history_limit),
         )
-        forget = []
-        for slot, keep_until, status, lease_until in reversed(await cur.fetchall()):
-            if keep_until >= now or (status == "running" and lease_until >= now):
+        forget = None
+        for slot, keep, status, lease_until in reversed(await cur.fetchall()):
+            if keep >= now or (status == "running" and lease_until >= now):
                 break
-            forget.append(slot)
-        if forget:
+            forget = slot
+        if forget is not None:
+            where = "WHERE prefix = %s AND job = %s"
             await cur.execute(
-                f"DELETE FROM {self.runs} WHERE prefix = %s AND job = %s AND slot <= %s",
-                (self.options.prefix, job, max(forget)),
+                f"DELETE FROM {self.runs} {where} AND slot <= %s",
+                (self.options.prefix, job, forget),
             )
             await cur.execute(
-                f"UPDATE {self.jobs} SET floor = GREATEST(COALESCE(floor, %s), %s) "
-                "WHERE prefix = %s AND job = %s",
-                (max(forget), max(forget), self.options.prefix, job),
+                f"UPDATE {self.jobs} SET floor = GREATEST(COALESCE(floor, %s), %s) {where}",
+                (forget, forget, self.options.prefix, job),
             )
 
     async def _read(self, cur: Any, job: str, slot: int) -> RunRecord | None:
@@ -304,14 +239,12 @@ class MariaDBStore(LeaseStore):
             return await self._read(cur, request.job, request.slot), await _now(cur)
 
         run, now = await self._run(read)
-        if run is not None:
-            if run.status is RunStatus.SKIPPED:
-                return _skipped(run.token, run.holder, run.error)
-            if run.status is not RunStatus.RUNNING:
-                return _answer(Outcome.DONE, run.attempt, run.token, run.holder, run.lease_until)
-            if run.token == request.token or (run.lease_until or 0) >= now:
-                outcome = Outcome.WON if run.token == request.token else Outcome.RUNNING
-                return _answer(outcome, run.attempt, run.token, run.holder, run.lease_until)
+        if run is not None and (
+            run.status is not RunStatus.RUNNING
+            or run.token == request.token
+            or (run.lease_until or 0) >= now
+        ):  # decided without writing: skipped, done (L6), won (L2) or running (L3)
+            return decide_claim(run, request, now, floor=None, other_live=lambda: None)[0]
         return await self.claim(request)
 
     # -- the holder's calls (fenced by token) ---------------------------------------------------
@@ -339,11 +272,10 @@ class MariaDBStore(LeaseStore):
         sets = f"status = %s, error = %s, finished_at = {NOW_MS}"
         if await self._update(sets, (status.value, error), job, slot, token):
             return True
-        # C2 for finish: the UPDATE matched nothing. If an earlier finish with this token and
-        # status was written and its answer lost, this is its resend: True, nothing written.
-        # A finished row never changes again, so this read after the UPDATE is enough.
+        # Nothing matched: fenced, or the resend of a finish whose answer was lost (C2). A
+        # finished row never changes again, so this read after the UPDATE is enough.
         run = await self._run(lambda cur: self._read(cur, job, slot))
-        return run is not None and run.token == token and run.status is status
+        return decide_finish(run, token, status) == "again"
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return await self._update(f"lease_until = {NOW_MS} - 1", (), job, slot, token)
@@ -369,6 +301,13 @@ async def _now(cur: Any) -> int:
     return int(now)
 
 
+def _row(run: RunRecord) -> tuple[Any, ...]:
+    return (
+        *(run.slot, run.status.value, run.attempt, run.token, run.holder),
+        *(run.claimed_at, run.lease_until, run.finished_at, run.error),
+    )
+
+
 def _record(job: str, row: tuple[Any, ...]) -> RunRecord:
     slot, status, attempt, token, holder, claimed_at, lease_until, finished_at, error = row
     return RunRecord(
@@ -382,19 +321,4 @@ def _record(job: str, row: tuple[Any, ...]) -> RunRecord:
         lease_until=lease_until,
         finished_at=finished_at,
         error=error,
-    )
-
-
-def _answer(
-    outcome: Outcome, attempt: int, token: str, holder: str, lease_until: int | None
-) -> Claim:
-    return Claim(
-        outcome=outcome, attempt=attempt, token=token, holder=holder, lease_until=lease_until
-    )
-
-
-def _skipped(token: str, holder: str, reason: str | None) -> Claim:
-    """S1: the answer to every claim of a slot whose row is a skip record."""
-    return Claim(
-        outcome=Outcome.SKIPPED, attempt=0, token=token, holder=holder, reason=reason or "skipped"
     )
