@@ -1,17 +1,67 @@
-"""Sessions for contributors: `nox -s tests`, `nox -s lint`, `nox -s types`, `nox -s conformance`,
-`nox -s redaction` (the long redaction fuzz), `nox -s input_fuzz` (the long bad-input fuzz),
-`nox -s damaged_store` (the long damaged-store fuzz).
+"""Sessions for contributors. `nox` alone runs tests (every package), lint and types.
 
-CI runs `bash .ci/run`, which does the same through `scripts/dev`."""
+- `nox -s tests`: the tests, one session per package
+  (`nox -s "tests(package='anarchon-redis')"`), and the repository's own (tests/: the wheels).
+- `nox -s conformance`: the kit's certification of each backend, one session per backend
+  (`nox -s "conformance(backend='postgres')"`).
+- `nox -s containers`: the container path: Docker and the server images prepared by
+  scripts/container-images, then every test_container*.py (certification through testcontainers).
+- `nox -s fleet`: the tests that run fleets of processes (kill -9, restarts, takeovers).
+- `nox -s wheels`: build every wheel and sdist, inspect them, smoke-test them in a fresh venv.
+- `nox -s docs`: the site with `mkdocs build --strict`, and the tests of its examples.
+- `nox -s bench`: the benchmarks, `--quick` unless other arguments follow `--`.
+- `nox -s redaction`, `input_fuzz`, `damaged_store`: the long fuzz profiles (issue 21).
+
+Sessions that need servers start the local ones first (scripts/services, idempotent) and prepare
+what scripts/dev test prepares (extra Redis servers, PgBouncer, libfaketime); what cannot be had
+makes its tests skip with the reason. CI runs `bash .ci/run`, which does the same through
+`scripts/dev` and `scripts/wheels`."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "lint", "types"]
 
-PACKAGES = ["anarchon-core", "anarchon-sqlite", "conformance"]
+ROOT = Path(__file__).parent
+MEMBERS: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"][
+    "workspace"
+]["members"]
+PACKAGES = [*(m for m in MEMBERS if (ROOT / m / "tests").is_dir()), "tests"]
+"""Every workspace member with tests, and tests/ (checks of the repository as a whole)."""
+
+BACKENDS = {
+    "memory": ["conformance", "-k", "Memory and Conformance"],
+    "clockless": ["conformance", "-k", "Clockless and Conformance"],
+    "sqlite": ["anarchon-sqlite", "-k", "Conformance"],
+    "postgres": ["anarchon-postgres", "-k", "Conformance"],
+    "redis": ["anarchon-redis", "-k", "Conformance"],
+    "rabbitmq": ["anarchon-rabbitmq", "-k", "Conformance"],
+    "nats": ["anarchon-nats", "-k", "Conformance"],
+    "mariadb": ["examples/anarchon-mariadb", "-k", "Conformance"],
+}
+"""The pytest arguments that certify each backend with the kit."""
+
+PREPARE = """
+bash scripts/services
+export ANARCHON_SERVERS_CACHE="${ANARCHON_SERVERS_CACHE:-$HOME/.cache/anarchon/servers}"
+eval "$(bash scripts/redis-servers)" || true
+eval "$(bash scripts/pgbouncer)" || true
+eval "$(bash scripts/faketime)" || true
+eval "$(bash scripts/container-images redis postgres)" || true
+exec "$@"
+"""
+"""What scripts/dev test does before pytest: services up, and the test environment exported
+(each script prints export lines, or the reason its tests skip)."""
 
 
 def _install(session: nox.Session) -> None:
@@ -24,19 +74,96 @@ def _install(session: nox.Session) -> None:
     )
 
 
+def _with_services(session: nox.Session, *command: str) -> None:
+    session.run("bash", "-c", PREPARE, "prepare", *command, external=True)
+
+
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
     """The tests of one package."""
     _install(session)
-    session.run("pytest", package, *session.posargs)
+    _with_services(session, "pytest", package, *session.posargs)
 
 
 @nox.session
-def conformance(session: nox.Session) -> None:
-    """Certify every backend in this repository with the conformance kit."""
+@nox.parametrize("backend", list(BACKENDS))
+def conformance(session: nox.Session, backend: str) -> None:
+    """Certify one backend with the conformance kit."""
     _install(session)
-    session.run("pytest", "-k", "Conformance", *PACKAGES, *session.posargs)
+    _with_services(session, "pytest", *BACKENDS[backend], *session.posargs)
+
+
+@nox.session
+def containers(session: nox.Session) -> None:
+    """The container path: every `test_container*.py` (the kit's container fixtures, and the
+    backends certified through testcontainers), with the images that scripts/container-images
+    builds locally, or the reason every container test skips."""
+    _install(session)
+    files = sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).glob("**/test_container*.py")
+    )
+    session.run(
+        "bash",
+        "-c",
+        'eval "$(bash scripts/container-images)" || true; exec "$@"',
+        "containers",
+        "pytest",
+        *files,
+        *session.posargs,
+        external=True,
+    )
+
+
+@nox.session
+def fleet(session: nox.Session) -> None:
+    """The tests that start fleets of OS processes (marker `processes`): kill -9 of a winner,
+    takeovers, restarts of a whole fleet, uvicorn workers."""
+    _install(session)
+    _with_services(session, "pytest", "-m", "processes", *PACKAGES, *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build every wheel and sdist, inspect them, and smoke-test `pip install anarchon` (and
+    anarchon-redis) in a fresh venv: scripts/wheels, about a minute."""
+    _install(session)
+    session.run("bash", "scripts/services", external=True)
+    session.run(
+        "bash",
+        "scripts/wheels",
+        *session.posargs,
+        env={"ANARCHON_PYTEST": str(Path(session.bin) / "pytest")},
+        external=True,
+    )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site strictly (a broken link or reference fails) and run the tests
+    of its pages (every Python example runs)."""
+    _install(session)
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
+    session.run("pytest", "anarchon-core/tests/test_docs.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (`python -m bench`); `--quick` unless arguments follow `--`
+    (`nox -s bench -- --only sqlite,redis`: the full run of those)."""
+    _install(session)
+    session.run_install(
+        "uv",
+        "sync",
+        "--all-packages",
+        "--locked",
+        "--group",
+        "bench",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+    )
+    _with_services(session, "python", "-m", "bench", *(session.posargs or ["--quick"]))
 
 
 @nox.session
@@ -95,4 +222,4 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def types(session: nox.Session) -> None:
     _install(session)
-    session.run("mypy", *(f"{p}/src" for p in PACKAGES))
+    session.run("mypy", *(f"{m}/src" for m in MEMBERS))
