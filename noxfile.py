@@ -153,12 +153,14 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks (`python -m bench`); `--quick` unless arguments follow `--`
     (`nox -s bench -- --only sqlite,redis`: the full run of those)."""
-    _install(session)
+    # Not _install: the bench group conflicts with dev (APScheduler 4 against 3), so it is
+    # synced alone.
     session.run_install(
         "uv",
         "sync",
         "--all-packages",
         "--locked",
+        "--no-default-groups",
         "--group",
         "bench",
         env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
