@@ -259,3 +259,53 @@ async def test_a_preparation_cut_short_leaves_the_store_working(prefix: str) -> 
         # Claimed ahead of the slot: max_late within what a queue made now outlives (C5).
         assert (await store.claim(request("after", slot, max_late_ms=10_000))).won
         assert (await store.claim(request("j2999", slot, max_late_ms=10_000))).won
+
+
+CUTS_S = (0.005, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.25, 0.3, 0.4)
+"""Where a preparation is cut short: while connecting, probing the warm-up, sending a batch,
+waiting for the broker to work through it, and in the next batch."""
+
+
+async def test_a_preparation_cut_short_anywhere_never_holds_up_a_claim(prefix: str) -> None:
+    """Each preparation is cancelled at another point, and a claim (of a queue it did not
+    prepare) follows at once, while the broker may still be answering the cancelled one: every
+    claim is won within the confirm timeout, never left `unknown` (C3) for want of an answer."""
+    async with connect(
+        AMQP_URL, prefix=prefix, slot_ttl_ms="30s", confirm_timeout_ms=3000
+    ) as store:
+        assert isinstance(store, SupportsPrepare)
+        slot = now_ms() + 10_000
+        for cut, delay in enumerate(CUTS_S):
+            jobs = [f"c{cut}-{n}" for n in range(1000)]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(store.prepare(jobs, slot), delay)
+            claim = await store.claim(request(f"claim{cut}", slot, max_late_ms=10_000))
+            assert claim.won, f"after a preparation cut short at {delay} s: {claim}"
+        await store.prepare(["last"], slot)
+        assert await message_count(queue_name(prefix, "last", slot)) == 0
+        assert (await store.claim(request("last", slot, max_late_ms=10_000))).won
+
+
+async def test_closing_the_store_after_a_preparation_cut_short_closes_both_connections(
+    prefix: str,
+) -> None:
+    """The batch a cut-short preparation left running on its connection is let finish (a
+    second or so), then both connections close: nothing is left pending when the loop ends
+    (pytest turns a task destroyed pending into an error)."""
+    store = RabbitMQStore.create(AMQP_URL, prefix=prefix, slot_ttl_ms="30s")
+    await store.open()
+    slot = now_ms() + 10_000
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(store.prepare([f"j{n}" for n in range(1000)], slot), 0.2)
+    link = store._link
+    connections = [link._connection, link._preparing]
+    assert connections[1] is not None and connections[1] is not connections[0], (
+        "preparations have a connection of their own"
+    )
+    started = time.monotonic()
+    await store.close()
+    assert time.monotonic() - started < _link.CLOSE_GRACE_S + 3
+    assert all(c is not None and c.is_closed for c in connections)
+    with pytest.raises(StoreUnavailable, match="the store is closed"):
+        await link.declare(["late"], {}, until=lambda: False, declared=lambda batch: None)
+    assert link._preparing is None, "no connection opened after the close"

@@ -1,5 +1,6 @@
-"""The store's connection to RabbitMQ: one AMQP connection with a few confirm channels, reopened
-on demand, and the translation of driver errors into anarchon's (never showing the password)."""
+"""The store's connections to RabbitMQ: one AMQP connection with a few confirm channels for the
+claims, a second one for the preparations, each reopened on demand, and the translation of driver
+errors into anarchon's (never showing the password)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,6 +29,9 @@ DECLARE_BATCH = 256
 """`Link.declare` sends this many declarations (no-wait), then waits for the broker to reach
 them, so a preparation of thousands of queues never floods the broker or the connection."""
 DECLARE_TRIES = 3
+CLOSE_GRACE_S = 5.0
+"""Longest `Link.close` lets a batch whose preparation was cut short finish (a batch takes the
+broker about a second), so that it closes the connection with nothing left in flight."""
 
 _DRIVER_ERRORS = (
     aiormq.exceptions.AMQPError,
@@ -67,8 +71,9 @@ def driver_url(url: StoreURL, options: RabbitMQOptions) -> str:
 
 
 class Link:
-    """One connection and `options.channels` confirm channels, used in turn. A closed channel or
-    connection is reopened by the next call; a failed reconnect is `StoreUnavailable`."""
+    """One connection and `options.channels` confirm channels for the claims, used in turn, and
+    a connection of their own for the preparations (`declare`). A closed channel or connection
+    is reopened by the next call; a failed reconnect is `StoreUnavailable`."""
 
     def __init__(self, url: StoreURL, options: RabbitMQOptions) -> None:
         self._url = driver_url(url, options)
@@ -81,9 +86,13 @@ class Link:
         self._channels: list[AbstractChannel | None] = [None] * options.channels
         self._turn = 0
         self._lock = asyncio.Lock()
+        self._preparing: AbstractConnection | None = None
+        """The preparations' own connection (see `declare`), opened by the first one."""
         self._declaring: AbstractChannel | None = None
         self._declare_lock = asyncio.Lock()
-        self._pending: set[asyncio.Future[None]] = set()
+        self._batch: asyncio.Future[None] | None = None
+        """The last batch of declarations (see `_declare_batch`)."""
+        self._closed = False
         self._warm_up: bool | None = None
         """Prepared queues get a `WARM_UP` message (None: not probed yet, see `_warms_up`)."""
 
@@ -161,18 +170,9 @@ class Link:
             return connection
         self._connection = None
         self._channels = [None] * len(self._channels)
-        self._declaring = None
         if connection is not None:
             await _quietly_close(connection)
-        timeout = self._options.connect_timeout_ms / 1000
-        try:
-            connection = await asyncio.wait_for(aiormq.connect(self._url), timeout)
-        except asyncio.TimeoutError as exc:
-            raise self.unavailable(f"no connection within {timeout:g} s", exc) from None
-        except Exception as exc:
-            if not broken(exc):
-                raise
-            raise self.translate(exc) from None
+        connection = await self._connect()
         # All channels now, so that a claim's first write is its claim, not a channel opening.
         try:
             channels: list[AbstractChannel | None] = [
@@ -184,6 +184,18 @@ class Link:
         self._connection, self._channels = connection, channels
         log.debug("connected to RabbitMQ at %s", self.shown)
         return connection
+
+    async def _connect(self) -> AbstractConnection:
+        """A new connection to the broker, or `StoreUnavailable` / `ConfigError`."""
+        timeout = self._options.connect_timeout_ms / 1000
+        try:
+            return await asyncio.wait_for(aiormq.connect(self._url), timeout)
+        except asyncio.TimeoutError as exc:
+            raise self.unavailable(f"no connection within {timeout:g} s", exc) from None
+        except Exception as exc:
+            if not broken(exc):
+                raise
+            raise self.translate(exc) from None
 
     async def _open_channel(
         self, connection: AbstractConnection, *, confirms: bool = True
@@ -201,6 +213,7 @@ class Link:
 
     async def ensure(self) -> None:
         """Connect now and open every channel, or raise."""
+        self._closed = False
         async with self._lock:
             await self._connected()
 
@@ -211,15 +224,14 @@ class Link:
         until: Callable[[], bool],
         declared: Callable[[Sequence[str]], None],
     ) -> None:
-        """Declare durable `queues` with `arguments` on a channel of their own (not a claim's:
-        a claim queued behind thousands of declarations would wait for them), `DECLARE_BATCH`
-        at a time, each warmed up (`WARM_UP`) where the broker allows it, stopping early once
-        `until()` is true; `declared(batch)` gets each batch the broker has answered, whose
-        queues all exist as declared. A batch the broker answers with NOT_FOUND (RabbitMQ 3.10
-        says "home node ... is down" to a declaration that races another's creation of the same
-        queue) is sent again on a new channel, up to `DECLARE_TRIES` times. Raises
-        `StoreUnavailable` if the link breaks, and the driver's channel error if the broker
-        refuses a declaration (which closes that channel)."""
+        """Declare durable `queues` with `arguments` on a connection of their own (see
+        `_declare_batch`), `DECLARE_BATCH` at a time, each warmed up (`WARM_UP`) where the
+        broker allows it, stopping early once `until()` is true; `declared(batch)` gets each
+        batch the broker has answered, whose queues all exist as declared. A batch the broker
+        answers with NOT_FOUND (RabbitMQ 3.10 says "home node ... is down" to a declaration that
+        races another's creation of the same queue) is sent again on a new channel, up to
+        `DECLARE_TRIES` times. Raises `StoreUnavailable` if the link breaks, and the driver's
+        channel error if the broker refuses a declaration (which closes that channel)."""
         async with self._declare_lock:
             for start in range(0, len(queues), DECLARE_BATCH):
                 if until():
@@ -235,18 +247,33 @@ class Link:
                             raise
 
     async def _declare_batch(self, batch: Sequence[str], arguments: dict[str, Any]) -> None:
+        """Send `batch` and wait for the broker's answers, in a task of its own that the
+        caller's cancellation does not reach: a preparation cut short (the scheduler bounds it
+        in time) returns at once, and its batch goes on to its end, with the next one behind it.
+
+        Cancelled inside aiormq (7.2), a call closes its channel by sending Channel.Close and
+        keeps the channel's number until the broker's Channel.CloseOk; the broker first answers
+        what came before (up to a batch of warm-ups), and should anything stop that channel's
+        reader meanwhile (its ``close()`` does), those answers fill its frame buffer (10 frames)
+        and the connection's reader waits on it for good: no frame reaches any channel of the
+        connection again. So no preparation is ever cancelled mid-call, and the batches have a
+        connection of their own: whatever befalls it, no claim waits on it."""
+        previous = self._batch
+        if previous is not None and not previous.done():
+            await asyncio.wait({previous})  # a cut-short preparation's batch: its outcome is moot
+        batch_done = self._batch = asyncio.ensure_future(self._send_batch(batch, arguments))
+        batch_done.add_done_callback(ignore_result)
+        await asyncio.shield(batch_done)
+
+    async def _send_batch(self, batch: Sequence[str], arguments: dict[str, Any]) -> None:
         """Declare `batch` (no-wait), each queue warmed up right behind its declaration, on the
         declaring channel (with confirms), and wait until the broker has handled all of it: the
         declarations (a round trip behind them) and the warm-ups (their confirms, once stored
         and dropped). So a preparation leaves the broker no work behind it that the claims at
         the slot would queue up behind."""
-        channel = self._declaring
-        if channel is None or channel.is_closed or not self.connected:
-            async with self._lock:
-                connection = await self._connected()
-            channel = self._declaring = await self._open_channel(connection)
         warm_ups: list[asyncio.Future[object]] = []
         try:
+            channel = await self._declaring_channel()
             if self._warm_up is None:
                 self._warm_up = await self._warms_up(channel, arguments)
             for queue in batch:
@@ -265,21 +292,29 @@ class Link:
                     outcome, aiormq.exceptions.DeliveryError
                 ):
                     raise outcome
-        except asyncio.CancelledError:
-            # A reply may still be on its way: the next preparation takes a new channel.
-            self._declaring = None
-            self._background(_quietly_close(channel))
-            raise
         except aiormq.exceptions.ChannelClosed:
             raise  # the broker refused one (NOT_FOUND, PRECONDITION_FAILED, ACCESS_REFUSED)
         except Exception as exc:
-            if not broken(exc):
+            if not broken(exc) or isinstance(exc, AnarchonError):
                 raise
             raise self.unavailable(f"declaring {len(batch)} queue(s) failed", exc) from None
         finally:
             for warm_up in warm_ups:  # left behind by a failure: nobody waits for them
                 warm_up.cancel()
                 warm_up.add_done_callback(ignore_result)
+
+    async def _declaring_channel(self) -> AbstractChannel:
+        """The preparations' channel, (re)opened on their own connection when needed."""
+        connection = self._preparing
+        if connection is None or connection.is_closed:
+            if self._closed:  # a preparation that waited for a batch while the store closed
+                raise self.unavailable("the store is closed")
+            self._preparing = self._declaring = None
+            connection = self._preparing = await self._connect()
+        channel = self._declaring
+        if channel is None or channel.is_closed:
+            channel = self._declaring = await self._open_channel(connection)
+        return channel
 
     async def _warms_up(self, channel: AbstractChannel, arguments: dict[str, Any]) -> bool:
         """Whether this broker drops a `WARM_UP` message in the step that stores it, checked
@@ -292,11 +327,10 @@ class Link:
         await channel.queue_declare(
             probe, durable=True, arguments={**arguments, "x-expires": 60_000}
         )
-        try:
-            await channel.basic_publish(b"", routing_key=probe, properties=WARM_UP)
-            kept = (await channel.queue_declare(probe, passive=True)).message_count or 0
-        finally:
-            await channel.queue_delete(probe, nowait=True)
+        await channel.basic_publish(b"", routing_key=probe, properties=WARM_UP)
+        kept = (await channel.queue_declare(probe, passive=True)).message_count or 0
+        # Not in a `finally`: after a failure the channel is closed, and the probe expires.
+        await channel.queue_delete(probe, nowait=True)
         if kept:
             log.warning(
                 "RabbitMQ at %s kept a message that expires on arrival (expiration 0) in a "
@@ -305,11 +339,6 @@ class Link:
                 self.shown,
             )
         return not kept
-
-    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
 
     async def message_count(self, queue: str) -> int:
         """Messages in `queue` (0 if it does not exist), by a passive declare on a short-lived
@@ -328,14 +357,20 @@ class Link:
             raise self.unavailable(f"cannot inspect queue {queue!r}", exc) from None
 
     async def close(self) -> None:
-        connection, self._connection = self._connection, None
+        """Close both connections, once a batch still in flight is done (`CLOSE_GRACE_S`)."""
+        self._closed = True
+        batch, self._batch = self._batch, None
+        if batch is not None and not batch.done():
+            await asyncio.wait({batch}, timeout=CLOSE_GRACE_S)
+            batch.cancel()
+        for connection in (self._preparing, self._connection):
+            if connection is not None:
+                await _quietly_close(connection)
+        self._connection = self._preparing = self._declaring = None
         self._channels = [None] * len(self._channels)
-        self._declaring = None
-        if connection is not None:
-            await _quietly_close(connection)
 
 
-def ignore_result(future: asyncio.Future[object]) -> None:
+def ignore_result(future: asyncio.Future[Any]) -> None:
     """A done callback for a future nobody awaits: retrieves its exception, so that asyncio
     does not log it as never retrieved."""
     if not future.cancelled():
