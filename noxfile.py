@@ -119,8 +119,9 @@ def containers(session: nox.Session) -> None:
 
 @nox.session
 def fleet(session: nox.Session) -> None:
-    """The tests that start fleets of OS processes (marker `processes`): kill -9 of a winner,
-    takeovers, restarts of a whole fleet, uvicorn workers."""
+    """The tests that start OS processes (marker `processes`): fleets (kill -9 of a winner,
+    takeovers, restarts of a whole fleet), the CLI, and the frameworks' servers and workers
+    (gunicorn, uvicorn, Django, Celery)."""
     _install(session)
     _with_services(session, "pytest", "-m", "processes", *PACKAGES, *session.posargs)
 

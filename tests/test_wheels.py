@@ -182,6 +182,7 @@ def test_the_test_only_rule(path: str, test_only: bool) -> None:
 @pytest.mark.parametrize(
     "member", [m for m in MEMBERS if m.name not in TEST_TOOLS], ids=lambda m: m.name
 )
+@pytest.mark.processes
 def test_no_test_only_module_in_a_runtime_wheel(dist: Path, member: Member) -> None:
     shipped = [
         path
@@ -201,6 +202,7 @@ def test_the_runtime_exceptions_still_exist() -> None:
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda m: m.name)
+@pytest.mark.processes
 def test_the_wheel_holds_the_source_tree(dist: Path, member: Member) -> None:
     """Modules, data files (``.lua``, ``.sql``) and ``py.typed``: all of them, nothing else."""
     shipped = set(_wheel_files(dist, member))
@@ -215,6 +217,7 @@ def test_the_wheel_holds_the_source_tree(dist: Path, member: Member) -> None:
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda m: m.name)
+@pytest.mark.processes
 def test_the_sdist_builds_the_wheel(dist: Path, member: Member) -> None:
     path = dist / f"{member.stem}.tar.gz"
     assert path.exists(), f"no sdist {path.name}"
@@ -228,6 +231,7 @@ def test_the_sdist_builds_the_wheel(dist: Path, member: Member) -> None:
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda m: m.name)
+@pytest.mark.processes
 def test_the_license_ships(dist: Path, member: Member) -> None:
     license_text = (ROOT / "LICENSE").read_text()
     assert (member.folder / "LICENSE").read_text() == license_text, (
@@ -240,6 +244,7 @@ def test_the_license_ships(dist: Path, member: Member) -> None:
 
 
 @pytest.mark.parametrize("member", PUBLISHED, ids=lambda m: m.name)
+@pytest.mark.processes
 def test_the_metadata_reads_well_on_pypi(dist: Path, member: Member) -> None:
     meta = _metadata(dist, member)
     classifiers = meta.get_all("Classifier") or []
@@ -263,6 +268,7 @@ def test_the_metadata_reads_well_on_pypi(dist: Path, member: Member) -> None:
     assert not relative, f"{member.name}'s README links into the repository: {relative}"
 
 
+@pytest.mark.processes
 def test_anarchon_alone_brings_its_default_store(dist: Path) -> None:
     core = next(m for m in MEMBERS if m.name == "anarchon")
     requires = _metadata(dist, core).get_all("Requires-Dist") or []

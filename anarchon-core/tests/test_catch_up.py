@@ -99,6 +99,7 @@ async def test_T6_all_runs_every_missed_slot_one_after_another_across_instances(
             assert begin >= end, f"catch-up runs overlapped at slot {slot}: {by_slot}"
 
 
+@pytest.mark.slow
 async def test_T6_none_looks_back_at_nothing() -> None:
     store = MemoryStore.create()
     s = scheduler(store, "a")
@@ -115,6 +116,7 @@ async def test_T6_none_looks_back_at_nothing() -> None:
     assert min(records) > now, f"catch_up='none' decided slots before its start: {records}"
 
 
+@pytest.mark.slow
 async def test_T5_slots_later_than_max_late_after_a_jump_are_recorded_skipped_late() -> None:
     clock = ShiftedClock()
     store = MemoryStore.create(clock=clock.wall_ms)
@@ -172,6 +174,7 @@ class Outage(MemoryStore):
         return [await self.claim(r) for r in requests]
 
 
+@pytest.mark.slow
 async def test_slots_of_an_outage_are_recorded_late_once_the_store_answers() -> None:
     store = Outage.create()
     s = scheduler(store, "a")
@@ -205,6 +208,7 @@ async def test_slots_of_an_outage_are_recorded_late_once_the_store_answers() -> 
     assert (records[down_from].error or "").startswith("late: "), records[down_from]
 
 
+@pytest.mark.slow
 async def test_T6_after_a_short_outage_the_job_catches_up_by_its_policy() -> None:
     """Slots that fell due while the store did not answer (but are not late) are decided in
     order once it answers: with 'latest' the older ones are coalesced, none is an overlap."""
@@ -257,6 +261,7 @@ def recorder() -> Iterator[Recorder]:
     manager.unregister(rec)
 
 
+@pytest.mark.slow
 async def test_S1_overlap_is_recorded_logged_and_reported(
     caplog: pytest.LogCaptureFixture, recorder: Recorder
 ) -> None:
@@ -308,6 +313,7 @@ class DownAtFirst(MemoryStore):
             raise StoreUnavailable("connection refused by the test")
 
 
+@pytest.mark.slow
 async def test_degraded_start_is_not_ready_then_catches_up() -> None:
     DownAtFirst.failures = 3
     store = DownAtFirst.create()
@@ -417,6 +423,7 @@ async def test_a_resent_finish_is_not_taken_for_fencing() -> None:
     assert not await store.finish("j", request.slot, request.token, RunStatus.FAILED)
 
 
+@pytest.mark.slow
 async def test_F1_a_forward_step_of_the_store_clock_fences_the_runner_before_its_renew() -> None:
     clock = ShiftedClock()
     shared = "clock-step"
@@ -455,7 +462,9 @@ async def test_F1_a_forward_step_of_the_store_clock_fences_the_runner_before_its
         stepped_at = loop.time()
         clock.offset_ms += 20_000
         await eventually(lambda: holder in fenced_at, 5, "the old runner fenced")
-        await eventually(lambda: any(attempt == 2 for _, attempt, _ in steps), 5, "takeover")
+        # A backup checks every heartbeat (3 s); on a loaded machine the new run's first step
+        # may come a few seconds later still. Promptness is asserted for the fencing only.
+        await eventually(lambda: any(attempt == 2 for _, attempt, _ in steps), 15, "takeover")
     finally:
         await asyncio.gather(a.stop(), b.stop())
     assert fenced_at[holder] - stepped_at < 2.0, "fenced only by the next renew, 3 s later"

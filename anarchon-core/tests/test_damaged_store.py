@@ -281,6 +281,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     return SQLiteStore.create(tmp_path / "damaged.db")
 
 
+@pytest.mark.slow
 async def test_a_corrupt_floor_makes_the_instance_not_ready_until_a_claim_succeeds(
     store: Any,
 ) -> None:
@@ -365,6 +366,7 @@ stored = st.one_of(
 
 @fuzz(300)
 @given(values=st.lists(stored, min_size=9, max_size=9), keep=st.sets(st.integers(0, 8)))
+@pytest.mark.slow
 def test_from_row_reads_or_refuses_any_values(values: list[object], keep: set[int]) -> None:
     row = tuple(GOOD_ROW[i] if i in keep else v for i, v in enumerate(values))
     try:
@@ -386,6 +388,7 @@ def fuzz_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @fuzz(40)
 @given(row=st.integers(0, 4), column=st.sampled_from(FIELDS), value=stored)
+@pytest.mark.slow
 def test_any_damage_to_a_sqlite_row_leaves_the_others_readable(
     fuzz_db: Path, row: int, column: str, value: object
 ) -> None:

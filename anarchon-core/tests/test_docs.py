@@ -100,7 +100,14 @@ def test_the_docs_have_examples() -> None:
     assert any(b.expected_output for b in PYTHON), "no example checks its output"
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[b.id for b in PYTHON])
+@pytest.mark.parametrize(
+    "block",
+    [
+        # A block that runs starts a Python process; a no-run block is only compiled.
+        pytest.param(b, id=b.id, marks=() if b.code.startswith(NO_RUN) else pytest.mark.processes)
+        for b in PYTHON
+    ],
+)
 def test_python_example_runs(block: Block, tmp_path: Path) -> None:
     code = block.code
     compile(code, block.id, "exec")
@@ -172,6 +179,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.processes
 def test_the_site_builds_strictly(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "reference" / "api" / "anarchon" / "index.html").is_file()
@@ -181,6 +189,7 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.processes
 def test_the_cli_reference_is_current(site: Path) -> None:
     page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     shown = _words(html.unescape(re.sub(r"<[^>]+>", "", page)))

@@ -55,6 +55,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 
 @pytest.mark.parametrize("module", ["anarchon.backend", "anarchon.abc"])
+@pytest.mark.processes
 def test_the_contract_loads_no_runtime_module(module: str) -> None:
     loaded = _loaded_after(f"import {module}")
     assert module in loaded
@@ -62,6 +63,7 @@ def test_the_contract_loads_no_runtime_module(module: str) -> None:
     assert not runtime, f"import {module} loads runtime modules: {runtime}"
 
 
+@pytest.mark.processes
 def test_the_runtime_names_load_on_first_use() -> None:
     loaded = _loaded_after("import anarchon\nanarchon.Scheduler")
     assert "anarchon._runtime.scheduler" in loaded

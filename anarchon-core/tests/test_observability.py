@@ -132,6 +132,7 @@ def raising() -> Iterator[Raising]:
     plugin_manager().unregister(plugin)
 
 
+@pytest.mark.slow
 async def test_a_plugin_that_raises_does_not_disturb_claims(
     raising: Raising, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -201,6 +201,7 @@ def test_every_hook_spec_has_a_docstring_and_the_prefix() -> None:
 DRIVERS = ("redis", "psycopg", "psycopg_pool", "aiormq", "nats", "aiomysql", "pymysql")
 
 
+@pytest.mark.processes
 def test_registering_every_installed_backend_imports_no_driver() -> None:
     """Loading the plugins imports each backend package's ``__init__`` (`lazy_exports`), never
     its driver: a process that uses SQLite does not pay for the Redis client it has installed."""

@@ -102,6 +102,7 @@ def preparing_store(name: str, fail: BaseException | None = None) -> PreparingSt
     return PreparingStore(base.url, base.options, fail=fail)
 
 
+@pytest.mark.slow
 async def test_the_scheduler_prepares_each_slot_ahead_then_claims_it() -> None:
     store = preparing_store("prepare-ahead")
     assert isinstance(store, SupportsPrepare)
@@ -132,6 +133,7 @@ async def test_the_scheduler_prepares_each_slot_ahead_then_claims_it() -> None:
     [StoreUnavailable("the broker went away"), RuntimeError("a bug in the backend")],
     ids=["store-down", "bug"],
 )
+@pytest.mark.slow
 async def test_a_failed_preparation_is_logged_and_the_slot_still_runs(
     failure: BaseException, caplog: pytest.LogCaptureFixture
 ) -> None:

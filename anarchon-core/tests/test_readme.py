@@ -18,6 +18,7 @@ def test_the_readme_has_examples() -> None:
 
 
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"example {i + 1}" for i in range(len(BLOCKS))])
+@pytest.mark.processes
 def test_readme_example_runs(code: str, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(code)

@@ -336,6 +336,7 @@ def _show_made_from(case: Case, shown: Shown) -> None:
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(case=cases())
+@pytest.mark.slow
 def test_nothing_made_from_a_url_shows_its_secret(case: Case) -> None:
     shown = Shown()
     with logs_into(shown):
@@ -418,6 +419,7 @@ def _open(case: Case, shown: Shown) -> None:
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(data=st.data())
+@pytest.mark.slow
 def test_opening_a_store_shows_no_secret(data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as directory:
         case = data.draw(cases(directory))
@@ -426,6 +428,7 @@ def test_opening_a_store_shows_no_secret(data: st.DataObject) -> None:
         shown.check(case)
 
 
+@pytest.mark.slow
 def test_opening_the_store_of_issue_21_shows_no_secret() -> None:
     case = make_case("redis", "password", "pw x", user="u", marked=False)
     shown = Shown()

@@ -436,6 +436,7 @@ def starts(draw: st.DrawFn, tz: str) -> int:
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), expression=expressions(), tz=st.sampled_from(ZONES))
+@pytest.mark.slow
 def test_T7_slots_match_a_brute_force_scan(
     data: st.DataObject, expression: tuple[str, list[set[int]], bool, bool], tz: str
 ) -> None:

@@ -36,6 +36,7 @@ def scheduler(store: anarchon.ClaimStore, name: str, **kwargs: object) -> Schedu
     return Scheduler(store, instance=name, environ={}, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_three_instances_run_each_slot_once() -> None:
     runs: list[tuple[int, str]] = []
     instances = []
@@ -57,6 +58,7 @@ async def test_three_instances_run_each_slot_once() -> None:
     assert all(slot % 1000 == 0 for slot in slots)
 
 
+@pytest.mark.slow
 async def test_T2_fires_by_the_store_clock_never_before_the_slot() -> None:
     """The store's clock is 3 s ahead of ours: slots fire 3 s earlier by our clock."""
     store_clock = ShiftedClock(offset_ms=3000)
@@ -77,6 +79,7 @@ async def test_T2_fires_by_the_store_clock_never_before_the_slot() -> None:
         assert local_now < slot - 2500
 
 
+@pytest.mark.slow
 async def test_T5_forward_jump_fires_skipped_slots_that_are_not_late() -> None:
     clock = ShiftedClock()
     store = MemoryStore.create(clock=clock.wall_ms)
@@ -104,6 +107,7 @@ async def test_T5_forward_jump_fires_skipped_slots_that_are_not_late() -> None:
     assert len(slots) == len(set(slots))
 
 
+@pytest.mark.slow
 async def test_T5_backward_jump_never_fires_a_slot_twice() -> None:
     clock = ShiftedClock()
     # The store keeps real time so that only this instance's clock jumps: without the store's
@@ -279,6 +283,7 @@ class RenewFails(MemoryStore):
         raise StoreUnavailable("renew refused by the test")
 
 
+@pytest.mark.slow
 async def test_F1_sync_job_sees_fenced_when_renews_fail_until_the_deadline(
     recorder: Recorder,
 ) -> None:
@@ -401,6 +406,7 @@ class Unreachable(MemoryStore):
         raise StoreUnavailable("cut off")
 
 
+@pytest.mark.slow
 async def test_backup_takes_over_when_the_winner_stops_renewing() -> None:
     shared = "backup"
     winner_store = Unreachable.create(shared)

@@ -19,6 +19,7 @@ from anarchon_test_support import (
     T0,  # noqa: F401 - the rule tests import it from here
     ManualClock,
 )
+from anarchon_test_support.markers import PROCESSES, SLOW, mark_tests
 
 
 class Harness:
@@ -84,3 +85,10 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     await store.open()
     yield store
     await store.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The kit's checks are defined in the kit, so they cannot carry our markers themselves.
+    here = Path(__file__).parent / "test_conformance.py"
+    mark_tests(items, here, PROCESSES, {"test_C1_single_winner_processes"})
+    mark_tests(items, here, SLOW, {"test_C5_early_claims_never_win_twice"})

@@ -134,6 +134,7 @@ async def test_a_claim_of_a_damaged_row_names_the_field(tmp_path: Path) -> None:
     await store.close()
 
 
+@pytest.mark.slow
 async def test_a_corrupt_floor_is_named_and_makes_the_scheduler_not_ready(tmp_path: Path) -> None:
     path = tmp_path / "anarchon.db"
     store = SQLiteStore.create(path)
