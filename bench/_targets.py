@@ -262,12 +262,13 @@ class PostgresTarget(Target):
         from psycopg import sql
 
         table = sql.Identifier(self.schema, "bench_floor")
-        async with self.store._pool.connection() as conn:
+        pool = self.store._db.pool  # the store's pool (anarchon_postgres._connection)
+        async with pool.connection() as conn:
             await conn.execute(
                 sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n bigint)").format(table)
             )
             await conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0)").format(table))
-        async with self.store._pool.connection() as conn:
+        async with pool.connection() as conn:
             # Rendered once, as the store renders its own statements.
             self._update = sql.SQL("UPDATE {} SET n = n + 1 WHERE id = 1").format(table)
             self._update_bytes = self._update.as_bytes(conn)
@@ -278,7 +279,7 @@ class PostgresTarget(Target):
         async def step(cur: Any) -> None:
             await cur.execute(self._update_bytes)
 
-        await self.store._run(step)
+        await self.store._db.run(step)
 
     async def teardown(self) -> None:
         await super().teardown()
@@ -361,7 +362,7 @@ class NATSTarget(Target):
         return _join(self.env.nats, strategy=self.strategy, prefix=prefix)
 
     async def prepare_floor(self) -> None:
-        self._js = self.store._js
+        self._js = self.store._opened().js  # the store's own connection (its `Link`)
         self._floors = 0
 
     async def floor(self) -> None:
@@ -369,12 +370,12 @@ class NATSTarget(Target):
         # with nats-py's JetStream publish: issue 7's reference floor. A claim takes a leaner
         # path of its own; bench/nats_latency.py gives the ratio to a bare publish on that path.
         self._floors += 1
-        subject = self.store.subjects.claim("floor", self._floors)
+        subject = self.store.strategy.subject("floor", self._floors)
         await self._js.publish(subject, b"x")
 
     async def teardown(self) -> None:
         if self.store is not None:
-            js = self.store._js
+            js = self.store._opened().js
             for prefix in self.prefixes:
                 with contextlib.suppress(Exception):  # a phase may not have created it
                     await js.delete_stream(f"ANARCHON_{prefix}")

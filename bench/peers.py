@@ -96,7 +96,7 @@ async def postgres_peers(target: Target, n: int) -> tuple[list[dict[str, Any]], 
     from psycopg import sql
 
     schema: str = target.schema  # type: ignore[attr-defined]
-    pool = target.store._pool
+    pool = target.store._db.pool  # the store's pool (anarchon_postgres._connection)
     shedlock = sql.Identifier(schema, "shedlock")
     async with pool.connection() as conn:
         # ShedLock's PostgreSQL table, as its documentation creates it.

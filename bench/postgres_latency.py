@@ -129,8 +129,9 @@ class Bench:
 
     @property
     def pool(self):  # type: ignore[no-untyped-def]
-        assert self.store._pool is not None
-        return self.store._pool
+        pool = self.store._db.pool  # the store's pool (anarchon_postgres._connection)
+        assert pool is not None
+        return pool
 
     async def setup(self) -> None:
         floor_table = sql.Identifier(self.schema, "bench_floor")
@@ -218,7 +219,7 @@ class Bench:
                 await cur.execute(statement, params)
                 return int(cur.rowcount)
 
-            return await store._run(step)
+            return await store._db.run(step)
 
         async def floor_lean(_: int) -> None:
             assert await rowcount(update, (1,)) == 1
