@@ -19,5 +19,7 @@ the order a claim travels:
 - `clock` and `clock_watch`: the store-corrected clock (T2), and steps of the store's clock (F1).
 - `health` and `snapshot`: `Health` and the probe endpoint.
 - `context`: `RuntimeContext`, what all of these share.
-- `once`: `anarchon.once()`, the claim alone.
+- `once`: `anarchon.once()`, the claim alone; `shared_stores`: its store per URL in sync code.
+- `background`: `LoopThread`, an event loop in a thread, for sync code; `in_thread`: a
+  scheduler started from sync code (`start()`, `shutdown()`), forks and interpreter exit.
 """

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from .._claims import ClaimRequest, Overlap
 from .._connect import create_store
@@ -17,6 +18,7 @@ from .._errors import ConfigError
 from .._names import check_name
 from ..abc import ClaimStore
 from ..plugins import plugin_manager
+from .background import LoopThread
 from .claimer import Claimer
 from .clock import StoreClock, SystemClock
 from .context import RuntimeContext
@@ -24,6 +26,7 @@ from .execution import Execution
 from .handle import Run
 from .jobs import DEFAULT_LEASE_MS, JobSpec
 from .settings import default_instance_id
+from .shared_stores import SHARED_STORES
 from .store_health import StoreHealth
 
 __all__ = ["once"]
@@ -32,8 +35,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class BodyInterrupted(Exception):
+    """What a run of sync `once` records when its block was left by KeyboardInterrupt or
+    SystemExit (which propagate unchanged)."""
+
+
 class _Once:
-    """Returned by `once()`: an async context manager and a decorator."""
+    """Returned by `once()`: a context manager (sync and async) and a decorator (of sync and
+    async functions)."""
 
     def __init__(
         self,
@@ -61,6 +70,7 @@ class _Once:
             self.max_late_ms = self.every_ms if slot is None else 60_000
         self.attempts = attempts
         self._context: AbstractAsyncContextManager[Run | None] | None = None
+        self._loop_thread: LoopThread | None = None
 
     def _slot(self) -> int:
         if self.slot is not None:
@@ -69,9 +79,14 @@ class _Once:
         return now - now % self.every_ms
 
     @asynccontextmanager
-    async def _run(self) -> AsyncIterator[Run | None]:
-        owns = isinstance(self.store, str)
-        store = create_store(self.store) if isinstance(self.store, str) else self.store
+    async def _run(self, shared: ClaimStore | None = None) -> AsyncIterator[Run | None]:
+        """Claim, and execute the run while the block runs. `shared`: the store to use as it
+        is (sync use); else `self.store`, opened and closed here when it is a URL."""
+        owns = shared is None and isinstance(self.store, str)
+        if shared is not None:
+            store = shared
+        else:
+            store = create_store(self.store) if isinstance(self.store, str) else self.store
         if owns:
             await store.open()
         try:
@@ -135,9 +150,12 @@ class _Once:
             if owns:
                 await store.close()
 
-    async def __aenter__(self) -> Run | None:
+    def _enter_once(self) -> None:
         if self._context is not None:
             raise RuntimeError("once(...) is entered once; call once() again for another block")
+
+    async def __aenter__(self) -> Run | None:
+        self._enter_once()
         self._context = self._run()
         return await self._context.__aenter__()
 
@@ -150,7 +168,53 @@ class _Once:
         assert self._context is not None
         return await self._context.__aexit__(exc_type, exc, tb)
 
-    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | None]]:
+    def __enter__(self) -> Run | None:
+        """Sync use: claim on this process's shared store and loop thread (`SHARED_STORES`)."""
+        self._enter_once()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "`with anarchon.once(...)` blocks, and this thread runs an event loop; in async "
+                "code use `async with anarchon.once(...)`"
+            )
+        if isinstance(self.store, str):
+            loop_thread, store = SHARED_STORES.store(self.store)
+        else:
+            loop_thread, store = SHARED_STORES.loop_thread(), self.store
+        context = self._run(store)
+        run = loop_thread.run(context.__aenter__())
+        self._context, self._loop_thread = context, loop_thread
+        return run
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._context is not None and self._loop_thread is not None
+        context, loop_thread = self._context, self._loop_thread
+        if exc is None or isinstance(exc, Exception):
+            return loop_thread.run(context.__aexit__(exc_type, exc, tb))
+        # KeyboardInterrupt, SystemExit: raised in a task, they would end the loop thread, so
+        # the run learns of a stand-in, and the original goes on up here.
+        stand_in = BodyInterrupted(f"interrupted by {type(exc).__name__}")
+        try:
+            loop_thread.run(context.__aexit__(BodyInterrupted, stand_in, tb))
+        except BodyInterrupted:
+            pass
+        return None
+
+    @overload
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | None]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
         settings: dict[str, Any] = {
             "store": self.store,
             "job": self.job,
@@ -162,14 +226,25 @@ class _Once:
             "attempts": self.attempts,
         }
 
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def guarded(*args: P.args, **kwargs: P.kwargs) -> Any:
+                async with _Once(**settings) as run:
+                    if run is None:
+                        return None
+                    return await func(*args, **kwargs)
+
+            return guarded
+
         @functools.wraps(func)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            async with _Once(**settings) as run:
+        def guarded_sync(*args: P.args, **kwargs: P.kwargs) -> Any:
+            with _Once(**settings) as run:
                 if run is None:
                     return None
-                return await func(*args, **kwargs)
+                return func(*args, **kwargs)
 
-        return wrapper
+        return guarded_sync
 
 
 def once(
@@ -183,7 +258,7 @@ def once(
     max_late: DurationLike | None = None,
     attempts: int = 1,
 ) -> _Once:
-    """Run a block (or a decorated async function) on one instance only, for this slot.
+    """Run a block (or a decorated function) on one instance only, for this slot.
 
     ``slot`` defaults to now rounded down to `every` (one minute), so cron on every host, or
     APScheduler on every replica, runs the body once per minute in the whole cluster; such a slot
@@ -194,9 +269,22 @@ def once(
             if run:  # None unless this instance won
                 await build_report(run.fencing_token)
 
+    Sync code uses ``with`` the same way::
+
+        with anarchon.once("sqlite:///anarchon.db", "nightly-report") as run:
+            if run:
+                build_report(run.fencing_token)
+
     On lease stores the winner heartbeats while the body runs, and the run is finished as
     succeeded or failed (with the exception text) when it ends; `run.fenced` tells whether the
-    lease was lost. As a decorator, the function returns None on instances that did not win.
+    lease was lost. As a decorator of a sync or an async function, the function returns None on
+    instances that did not win.
+
+    Given a URL, ``async with`` opens the store for the block and closes it after; sync use
+    opens it once per process (a fork child opens its own) on a background event loop thread,
+    which also renews the lease while the body runs in the caller's thread, and closes it at
+    interpreter exit. ``with`` inside a running event loop raises `RuntimeError`: use ``async
+    with`` there.
     """
     return _Once(
         store,

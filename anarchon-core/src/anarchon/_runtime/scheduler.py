@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from .context import RuntimeContext
 from .dispatcher import Dispatcher
 from .execution import Execution
 from .health import Health, HealthServer
+from .in_thread import EXIT_MARGIN_S, STARTED, SchedulerThread
 from .jobs import JobSpec, fit_to_store, make_job, set_up_jobs
 from .opening import open_store, open_when_it_answers
 from .settings import Settings, default_instance_id, load_settings
@@ -51,7 +52,8 @@ class Scheduler:
     ... def report() -> None: ...
 
     `run()` blocks until SIGINT/SIGTERM; async applications use ``async with scheduler:`` (which
-    starts and stops it) or ``await scheduler.serve()``.
+    starts and stops it) or ``await scheduler.serve()``; sync ones (gunicorn, uWSGI, Flask,
+    threads) call `start()`, which runs it in a background thread, and `shutdown()`.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Scheduler:
         self._health_server: HealthServer | None = None
         self._store_open = False
         self._connecting: asyncio.Task[None] | None = None
+        self._thread: SchedulerThread | None = None
 
     @property
     def executions(self) -> set[Execution]:
@@ -218,15 +221,45 @@ class Scheduler:
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
-    async def start(self) -> None:
+    def start(self) -> Awaitable[None]:
         """Check every job against the store (T3), open the store, set the jobs up
         (`SupportsJobSetup`: a conflict refuses the start with `ConfigError`), begin dispatching.
+
+        Async code (a loop runs in this thread): ``await scheduler.start()``, on that loop.
+        Sync code: ``scheduler.start()`` runs the scheduler on its own loop in a daemon thread
+        and returns once started (errors raise here); `shutdown()` stops it, else interpreter
+        exit does. Starting a started scheduler does nothing. Start it after ``fork()``: in the
+        child of a started one, `start()`, `shutdown()` and `health()` raise `RuntimeError`.
 
         A store that does not answer does not fail the start (unless ``fail_fast``): the
         scheduler starts degraded, not ready (`health().ready` is False), opens the store in
         the background with backoff, and claims as soon as it answers, deciding the slots that
         fell due meanwhile (T6). Errors that retrying cannot fix (`ConfigError`: refused
         credentials, bad options) fail at once either way."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._thread is None and not self._started:
+                self._thread = SchedulerThread(
+                    self.instance,
+                    start=self._start,
+                    stop=self._stop_here,
+                    exit_timeout_s=self.settings.grace_ms / 1000 + EXIT_MARGIN_S,
+                )
+            if self._thread is not None:
+                self._thread.start()
+            return STARTED
+        return self._start()
+
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop a scheduler started from sync code, with the handover of SIGTERM (`stop()`):
+        stop claiming, let running jobs finish within the grace period, release the leases of
+        the others. With `wait`, return once stopped and its thread ended (`TimeoutError` after
+        `timeout` seconds); else return at once. Nothing to do if it is not running."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=wait, timeout=timeout)
+
+    async def _start(self) -> None:
         if self._started:
             return
         self.jobs = {name: self._check_job(spec) for name, spec in self.jobs.items()}
@@ -323,6 +356,13 @@ class Scheduler:
     async def stop(self) -> None:
         """Stop claiming; let running jobs finish within the grace period; release the leases of
         those still running (L9), so backups take over at once; close the store."""
+        thread = self._thread
+        if thread is not None and thread.running and not thread.loop_thread.in_thread():
+            await asyncio.to_thread(self.shutdown)  # started from sync code: stop it there
+            return
+        await self._stop_here()
+
+    async def _stop_here(self) -> None:
         if not self._started:
             return
         self._started = False
@@ -344,14 +384,14 @@ class Scheduler:
 
     async def serve(self) -> None:
         """Start, and run until cancelled (then stop gracefully)."""
-        await self.start()
+        await self._start()
         try:
             await self._stop.wait()
         finally:
             await asyncio.shield(self.stop())
 
     async def __aenter__(self) -> Self:
-        await self.start()
+        await self._start()
         return self
 
     async def __aexit__(
@@ -397,7 +437,15 @@ class Scheduler:
 
     # -- health ---------------------------------------------------------------------------------
     def health(self) -> Health:
-        """A snapshot: store reachability, clock offset, running jobs, the last claim per job."""
+        """A snapshot: store reachability, clock offset, running jobs, the last claim per job.
+        Callable from any thread."""
+        if self._thread is not None:
+            snapshot = self._thread.call(self._health)  # read on the scheduler's own loop
+            if snapshot is not None:
+                return snapshot
+        return self._health()
+
+    def _health(self) -> Health:
         return health_snapshot(
             instance=self.instance,
             started=self._started,
