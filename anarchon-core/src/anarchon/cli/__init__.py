@@ -176,7 +176,7 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 
 
 def _register() -> None:
-    from . import _certify, _demo, _inspect, _next, _run, _status
+    from . import _certify, _dashboard, _demo, _inspect, _next, _run, _status
 
     cli.add_command(_run.run)
     cli.add_command(_demo.demo)
@@ -185,6 +185,7 @@ def _register() -> None:
     cli.add_command(_status.status)
     cli.add_command(_next.next_slots)
     cli.add_command(_certify.certify)
+    cli.add_command(_dashboard.dashboard)
 
 
 _register()
