@@ -1,8 +1,9 @@
 """`Scheduler`: every instance schedules every job; the store decides who runs each slot.
 
-A little over 400 lines: it is the public face, and its docstrings (every setting of `job()`,
-each step of the lifecycle) are much of it. The work is elsewhere: `dispatcher` (claims and
-runs), `opening` (the store at start), `snapshot` (health)."""
+Over 400 lines (about 470): it is the public face, for async and sync code alike, and its
+docstrings (every setting of `job()`, each step of the lifecycle in both) are much of it. The work
+is elsewhere: `dispatcher` (claims and runs), `opening` (the store at start), `snapshot`
+(health), `in_thread` (the scheduler's thread when started from sync code)."""
 
 from __future__ import annotations
 
