@@ -214,7 +214,8 @@ def test_history_shows_runs_newest_first(in_tmp: Path) -> None:
 def test_history_errors(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert_one_line_error(invoke("history", "nowhere", "job"), 2, "has no scheme")
     assert_one_line_error(invoke("history", "sqlite:///x.db", "bad job"), 2, "bad job")
-    assert_one_line_error(invoke("history", "sqlite:///missing.db", "job"), 2, "no such database")
+    missing = invoke("history", "sqlite:///missing.db", "job")
+    assert_one_line_error(missing, 5, "no SQLite database file", str(in_tmp / "missing.db"))
     assert not (in_tmp / "missing.db").exists()
     (in_tmp / "junk.db").write_text("not a database")
     assert_one_line_error(invoke("history", "sqlite:///junk.db", "job"), 4, "junk.db")

@@ -59,7 +59,7 @@ from anarchon._durations import MAX_DURATION_MS, MAX_LATE_MS, MAX_LEASE_MS
 from anarchon._names import MAX_INSTANCE_LENGTH, check_instance, printable_host
 from anarchon._runtime.cron import EARLIEST_MS
 from anarchon._runtime.settings import default_instance_id
-from anarchon.cli import cli
+from anarchon.cli import EXIT_STORE_NOT_SET_UP, cli
 
 LONG = os.environ.get("ANARCHON_HYPOTHESIS_PROFILE") == "nightly"
 """The long profile, as the conformance kit names it (``nox -s input_fuzz`` sets it)."""
@@ -716,6 +716,17 @@ def works_or_exits_2(result: Result) -> None:
         assert_one_line_error(result)
 
 
+def works_or_exits_2_or_5(result: Result) -> None:
+    """As `works_or_exits_2`; a read-only command may also find no anarchon data where it
+    looked (``memory://`` of another process, a missing SQLite file): one line, exit 5."""
+    if result.exit_code == EXIT_STORE_NOT_SET_UP:
+        event("exit 5")
+        assert result.stderr.startswith("anarchon: error: "), result.output
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+        return
+    works_or_exits_2(result)
+
+
 years = st.one_of(st.sampled_from([1, 999, 1000, 1969, 1970, 2025, 9999]), st.integers(1, 9999))
 iso_times = mostly(
     st.builds(
@@ -826,7 +837,7 @@ def test_cli_history_works_or_exits_2(
         args[1:1] = ["--status", str(status)]
     if as_json:
         args.insert(1, "--json")
-    works_or_exits_2(invoke(*args))
+    works_or_exits_2_or_5(invoke(*args))
 
 
 @fuzz(100)
@@ -857,7 +868,7 @@ def test_cli_status_works_or_exits_2(
             args += [option, value]
     for job in jobs:
         args += ["--job", job]
-    works_or_exits_2(invoke(*args, "--", history_url if url == "history" else url))
+    works_or_exits_2_or_5(invoke(*args, "--", history_url if url == "history" else url))
 
 
 @fuzz(30)

@@ -5,11 +5,17 @@ connection, not the store's code. The queues the kit creates expire by themselve
 (30 s here) after their creation: AMQP cannot list queues, and the kit chooses the jobs and slots.
 Until then they are still there, so each harness claims under prefixes of its own (the kit's, with
 the harness's run id): a test run again at once must not find the claims of its first run.
+
+The stores get ``management_url`` when the broker's management API answers (the job list and the
+read-only open's "not set up" answer need it, R1); without it the R1 check cannot pass.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
+import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +27,7 @@ from anarchon_conformance import DEFAULT_PREFIX, BackendHarness, ConformanceSuit
 from anarchon_rabbitmq import testing
 
 AMQP_URL = os.environ.get("ANARCHON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+MANAGEMENT_URL = os.environ.get("ANARCHON_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
 SLOT_TTL_MS = 30_000
 """Longer than the kit's oldest slot (the C1 process check claims about ten seconds back), short
 enough that the queues clean themselves up."""
@@ -29,10 +36,26 @@ PREPARE_AHEAD_MS = 5_000
 preparation)."""
 
 
+def _management_answers() -> bool:
+    parts = urlsplit(AMQP_URL)
+    login = f"{parts.username or 'guest'}:{parts.password or 'guest'}".encode()
+    request = urllib.request.Request(
+        f"{MANAGEMENT_URL}/api/overview",
+        headers={"Authorization": "Basic " + base64.b64encode(login).decode()},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=3):
+            return True
+    except OSError:
+        return False
+
+
 class RabbitMQHarness(BackendHarness):
     """The broker at ANARCHON_TEST_AMQP_URL; isolated by prefixes of this harness's own."""
 
     name = "rabbitmq"
+    management = False
+    """Whether the management API answers (then the stores get ``management_url``)."""
 
     async def setup(self) -> None:
         try:
@@ -41,6 +64,7 @@ class RabbitMQHarness(BackendHarness):
             pytest.skip(f"RabbitMQ does not answer: {type(exc).__name__}")
         self.version = str(connection.server_properties.get("version", "?"))
         await connection.close()
+        self.management = await asyncio.to_thread(_management_answers)
 
     def url(self, address: tuple[str, int] | None = None) -> str:
         parts = urlsplit(AMQP_URL)
@@ -49,6 +73,8 @@ class RabbitMQHarness(BackendHarness):
             user = netloc.rsplit("@", 1)[0] + "@" if "@" in netloc else ""
             netloc = f"{user}{address[0]}:{address[1]}"
         query = f"slot_ttl_ms={SLOT_TTL_MS}&prepare_ahead_ms={PREPARE_AHEAD_MS}"
+        if self.management:
+            query += f"&management_url={MANAGEMENT_URL}"
         return f"{parts.scheme}://{netloc}{parts.path or '/'}?{query}"
 
     def address(self) -> tuple[str, int] | None:

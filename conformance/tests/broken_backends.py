@@ -19,6 +19,7 @@ from anarchon import (
     Outcome,
     RunRecord,
     RunStatus,
+    StoreNotSetUp,
 )
 from anarchon.backend import early_claim_error
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness
@@ -161,6 +162,19 @@ class FinishNotIdempotent(MemoryStore):
         )
 
 
+class SetsUpWhenReadOnly(MemoryStore):
+    """Breaks R1: opening read-only sets the store up before it looks, as a backend that runs
+    its ``CREATE ... IF NOT EXISTS`` first would. The first read-only open still says
+    "not set up"; the second finds what the first created."""
+
+    async def open_read_only(self) -> None:
+        with self._ns.lock:
+            was_set_up = self.options.prefix in self._ns.opened
+        await self.open()
+        if not was_set_up:
+            raise StoreNotSetUp(f"nothing under prefix {self.options.prefix!r} yet")
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -184,11 +198,15 @@ class BrokenHarness(BackendHarness):
         **options: Any,
     ) -> ClaimStore:
         window = options.pop("forget_after_ms", None)
+        read_only = options.pop("read_only", False)
         store = self.store_class.create(f"conf{self.run_id}", prefix=prefix, **options)
         if window is not None:
             assert isinstance(store, WindowedMemory)
             store.window_ms = window
-        await store.open()
+        if read_only:
+            await store.open_read_only()
+        else:
+            await store.open()
         self._stores.append(store)
         return store
 
@@ -273,3 +291,7 @@ class RefusesEarlyClaimsHarness(BrokenHarness):
 
 class FinishNotIdempotentHarness(BrokenHarness):
     store_class = FinishNotIdempotent
+
+
+class SetsUpWhenReadOnlyHarness(BrokenHarness):
+    store_class = SetsUpWhenReadOnly

@@ -24,7 +24,14 @@ from ._claims import (
     new_token,
 )
 from ._durations import to_ms
-from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable
+from ._errors import (
+    AnarchonError,
+    ConfigError,
+    Fenced,
+    StoreCorrupt,
+    StoreNotSetUp,
+    StoreUnavailable,
+)
 from ._names import check_name
 from ._options import DurationMs, DurationMsOrZero, StoreOptions
 from ._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
@@ -36,6 +43,7 @@ from .abc import (
     SupportsJobList,
     SupportsJobSetup,
     SupportsPrepare,
+    SupportsReadOnly,
 )
 
 if TYPE_CHECKING:
@@ -110,6 +118,7 @@ __all__ = [
     "Schedule",
     "Scheduler",
     "StoreCorrupt",
+    "StoreNotSetUp",
     "StoreOptions",
     "StoreURL",
     "StoreUnavailable",
@@ -117,6 +126,7 @@ __all__ = [
     "SupportsJobList",
     "SupportsJobSetup",
     "SupportsPrepare",
+    "SupportsReadOnly",
     "__version__",
     "check_name",
     "connect",

@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "Fenced",
     "StoreCorrupt",
+    "StoreNotSetUp",
     "StoreUnavailable",
     "tls_error",
 ]
@@ -23,6 +24,12 @@ class ConfigError(AnarchonError, ValueError):
 
     Raised before anything is written, so a bad setting loses nothing.
     """
+
+
+class StoreNotSetUp(ConfigError):
+    """A store opened read-only (`SupportsReadOnly`) holds no anarchon data where it was told to
+    look: no scheduler has used it with these options (schema, prefix, stream), or the URL names
+    another store. The message says where it looked."""
 
 
 class StoreUnavailable(AnarchonError, ConnectionError):

@@ -29,6 +29,7 @@ __all__ = [
     "SupportsJobList",
     "SupportsJobSetup",
     "SupportsPrepare",
+    "SupportsReadOnly",
 ]
 
 
@@ -222,4 +223,21 @@ class SupportsPrepare(Protocol):
     async def prepare(self, jobs: Sequence[str], slot: int) -> None:
         """Make the claims of `jobs` at `slot` cheaper when they come; raises on store errors
         (which the scheduler logs and ignores)."""
+        ...
+
+
+@runtime_checkable
+class SupportsReadOnly(Protocol):
+    """Optional: open the store to read it, creating and changing nothing (rule R1).
+
+    ``anarchon history``, ``status`` and ``dashboard`` open stores this way, so that a monitoring
+    user with read-only rights can use them and a typo in a URL leaves nothing behind. After
+    `open_read_only`, `history`, `now_ms` and (with `SupportsJobList`) `jobs` work as after
+    `open`; claims and lease calls are not made on such a store."""
+
+    async def open_read_only(self) -> None:
+        """Connect without creating or altering anything: no file, schema, table, function,
+        stream, queue, key or setting. `StoreNotSetUp` when the store holds no anarchon data
+        under these options (naming where it looked and the options that choose the place);
+        `StoreUnavailable` and `ConfigError` as for `open`."""
         ...

@@ -26,7 +26,15 @@ from ._claims import (
     new_token,
     skip_kind,
 )
-from ._errors import AnarchonError, ConfigError, Fenced, StoreCorrupt, StoreUnavailable, tls_error
+from ._errors import (
+    AnarchonError,
+    ConfigError,
+    Fenced,
+    StoreCorrupt,
+    StoreNotSetUp,
+    StoreUnavailable,
+    tls_error,
+)
 from ._leases import (
     INTERRUPTED_REASON,
     SWEEP_EVERY_DIVISOR,
@@ -62,6 +70,7 @@ from .abc import (
     SupportsJobList,
     SupportsJobSetup,
     SupportsPrepare,
+    SupportsReadOnly,
 )
 
 __all__ = [
@@ -91,6 +100,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "StoreCorrupt",
+    "StoreNotSetUp",
     "StoreOptions",
     "StoreURL",
     "StoreUnavailable",
@@ -98,6 +108,7 @@ __all__ = [
     "SupportsJobList",
     "SupportsJobSetup",
     "SupportsPrepare",
+    "SupportsReadOnly",
     "claim_from_outcome",
     "converter",
     "decide_claim",

@@ -363,8 +363,8 @@ def test_a_network_address_needs_allow_remote(tmp_path: Path) -> None:
 
 def test_a_missing_database_file_is_an_error_not_a_new_file(tmp_path: Path) -> None:
     code, output = _invoke(f"sqlite:///{tmp_path}/typo.db", "--port", "0")
-    assert code == 2
-    assert "no such database file" in output
+    assert code == 5
+    assert f"no SQLite database file {tmp_path}/typo.db" in output
     assert not (tmp_path / "typo.db").exists()
 
 

@@ -11,12 +11,21 @@ day) and hands anything else to `read_ack`.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from typing import Any
 
 from nats.js.errors import APIError, NoStreamResponseError
 
-__all__ = ["Acks", "NotAnAnswer", "OtherStream", "read_ack", "read_stored"]
+__all__ = [
+    "Acks",
+    "NotAnAnswer",
+    "OtherStream",
+    "read_ack",
+    "read_info",
+    "read_message",
+    "read_stored",
+]
 
 _DUPLICATE = b',"duplicate":true'
 
@@ -71,6 +80,33 @@ def read_stored(data: bytes) -> tuple[int, bytes]:
     except (ValueError, TypeError):  # binascii.Error is a ValueError
         raise NotAnAnswer(data, "a stored message") from None
     return message["seq"], body
+
+
+def read_message(data: bytes) -> tuple[int, str, bytes, datetime.datetime | None]:
+    """JetStream's answer to a message get, as `history` reads it: the sequence, the subject, the
+    body and the time the stream stored it (None when the server sends none it can read)."""
+    seq, body = read_stored(data)
+    message = json.loads(data)["message"]
+    subject = message.get("subject")
+    if not isinstance(subject, str):
+        raise NotAnAnswer(data, "a stored message")
+    when = None
+    stamp = message.get("time")
+    if isinstance(stamp, str):
+        try:
+            when = datetime.datetime.fromisoformat(stamp)
+        except ValueError:
+            when = None
+    return seq, subject, body, when
+
+
+def read_info(data: bytes) -> dict[str, Any]:
+    """JetStream's answer to a stream info request, with its ``state`` checked to be an object
+    (`NotFoundError` when the stream does not exist)."""
+    info = _json_object(data, "a stream's info")
+    if not isinstance(info.get("state"), dict) or not isinstance(info.get("config"), dict):
+        raise NotAnAnswer(data, "a stream's info")
+    return info
 
 
 class OtherStream(Exception):

@@ -161,10 +161,24 @@ def connect_kwargs(url: StoreURL, options: NATSOptions) -> dict[str, Any]:
     return kwargs
 
 
-def translate(exc: BaseException, where: str, hidden: tuple[str, ...]) -> AnarchonError:
-    """The anarchon error for a driver error raised by an operation on the server `where`."""
+def translate(
+    exc: BaseException, where: str, hidden: tuple[str, ...], last: str | None = None
+) -> AnarchonError:
+    """The anarchon error for a driver error raised by an operation on the server `where`;
+    `last` is the latest error the server reported on the connection (``error_cb``)."""
     if isinstance(exc, AnarchonError):
         return exc
+    if (
+        isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError))
+        and last is not None
+        and "permissions violation" in last.lower()
+    ):
+        # The server drops a request the user may not send, so the request times out; the
+        # violation itself came to error_cb.
+        return ConfigError(
+            f"NATS at {where}: permission denied ({last}); see the backend's docs for the "
+            "subjects the user must be allowed (a monitoring user: Read-only monitoring)"
+        )
     detail = scrub(" ".join(str(exc).split()) or type(exc).__name__, hidden)
     if isinstance(exc, NoStreamResponseError):
         return StoreUnavailable(
@@ -207,6 +221,9 @@ class Link:
     """Seconds a request may take."""
     hidden: tuple[str, ...]
     """The secrets no message may show."""
+    errors: ConnectErrors | None = attrs.field(default=None, kw_only=True)
+    """What the server reported on the connection (a permission violation names itself only
+    there)."""
     acks: Acks = attrs.field(init=False)
     get_api: str = attrs.field(init=False)
     """The subject of a message get on the stream."""
@@ -221,4 +238,5 @@ class Link:
 
     def error(self, exc: BaseException) -> AnarchonError:
         """The anarchon error for a driver error raised on this connection."""
-        return translate(exc, self.where, self.hidden)
+        last = self.errors.last if self.errors is not None else None
+        return translate(exc, self.where, self.hidden, last)

@@ -84,6 +84,7 @@ class NATSStore(ClaimStore):
         self._nc: Client | None = None
         self._link: Link | None = None
         self._errors = ConnectErrors(self._secrets)
+        self._read_only = False
 
     @classmethod
     def create(cls, url: str, **options: object) -> NATSStore:
@@ -103,7 +104,7 @@ class NATSStore(ClaimStore):
 
     # -- connection ------------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> AnarchonError:
-        return translate(exc, self.where, self._secrets)
+        return translate(exc, self.where, self._secrets, self._errors.last)
 
     async def _on_error(self, exc: Exception) -> None:
         log.debug("NATS at %s: %s", self.where, self._errors.add(exc))
@@ -131,6 +132,18 @@ class NATSStore(ClaimStore):
         """Connect, then create the stream or check the existing one (`ConfigError` when its
         settings differ; it is never changed). `StoreUnavailable` when the server cannot be
         reached or refuses the login; the message never shows the password."""
+        await self._open(read_only=False)
+
+    async def open_read_only(self) -> None:
+        """Connect and look the stream up, creating and changing nothing (R1): `StoreNotSetUp`
+        when there is no stream of this name (the ``stream`` option, default
+        ``ANARCHON_<prefix>``), `ConfigError` when it holds the other strategy's claims. Its
+        windows and limits are not compared with the options. Afterwards `history` and `jobs`
+        read with stream info and message get requests only, so a NATS user allowed nothing
+        else on the stream can use them (see the backend's docs)."""
+        await self._open(read_only=True)
+
+    async def _open(self, *, read_only: bool) -> None:
         if self._nc is not None:
             return
         self._errors.clear()
@@ -162,15 +175,19 @@ class NATSStore(ClaimStore):
                 where=self.where,
                 timeout=self._timeout,
                 hidden=self._secrets,
+                errors=self._errors,
             )
-            await self.strategy.setup(link)
+            if read_only:
+                await self.strategy.find(link)
+            else:
+                await self.strategy.setup(link)
             await link.replies.start()
         except BaseException as exc:
             await nc.close()
             if isinstance(exc, Exception):
                 raise self._error(exc) from None
             raise
-        self._nc, self._link = nc, link
+        self._nc, self._link, self._read_only = nc, link, read_only
 
     async def _connect(self) -> Client:
         return await nats.connect(
@@ -202,6 +219,15 @@ class NATSStore(ClaimStore):
             raise StoreUnavailable(f"{self!r} is not open: await store.open() first")
         return self._link
 
+    def _writable(self) -> Link:
+        link = self._opened()
+        if self._read_only:
+            raise ConfigError(
+                f"{self!r} was opened read-only (open_read_only): it claims nothing; open it "
+                "with open() to claim"
+            )
+        return link
+
     # -- claims and reads: the strategy's ------------------------------------------------------
     async def claim(self, request: ClaimRequest) -> Claim:
         """Publish the claim (C1: the stream stores one per run); a refusal or duplicate is read
@@ -209,6 +235,8 @@ class NATSStore(ClaimStore):
         same way: it takes the slot and answers `skipped`, and so does every later claim of the
         slot (S1). `late` with nothing published, by this instance's clock (T3, T4);
         `ConfigError` for a slot too far ahead (C5); `StoreUnavailable` on transport errors."""
+        if self._read_only:
+            self._writable()
         late = self.strategy.judge(request)
         if late is not None:
             return late
@@ -218,13 +246,18 @@ class NATSStore(ClaimStore):
         """Every claim published at once, the acknowledgements awaited together; duplicates and
         refusals are then read back as in `claim`. Answers are in the order of `requests`.
         A request too far ahead of its slot (C5) raises `ConfigError` before anything is sent."""
-        return await self.strategy.claim_many(self._opened(), requests)
+        return await self.strategy.claim_many(self._writable(), requests)
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         """The job's claims still in the stream (kept for ``max_age_ms``), newest slot first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
         return await self.strategy.history(self._opened(), job, limit)
+
+    async def jobs(self) -> list[str]:
+        """`SupportsJobList`: the jobs with at least one claim in the stream (kept for
+        ``max_age_ms``), sorted; one stream info request over the claims' subjects."""
+        return await self.strategy.jobs(self._opened())
 
     async def now_ms(self) -> int | None:
         """None: NATS offers no clock; lateness is judged by the instance's clock (T4)."""

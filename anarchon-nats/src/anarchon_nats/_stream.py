@@ -5,6 +5,11 @@ strategies can never share a stream (they would not see each other's claims):
 ``<prefix>.*.claims`` for msg-id, ``<prefix>.*.slot.*`` for expected-seq. An existing stream with other settings is refused with a
 `ConfigError` and left as it is: changing a duplicate window or an age would make NATS forget
 claims.
+
+A store opened read-only (`find_stream`) only looks the stream up: a missing one is
+`StoreNotSetUp`, one of the other strategy a `ConfigError` naming it. Its windows and limits are
+not compared: they decide how long claims are kept, not where they are read, so a monitoring
+user need not repeat them.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
-from anarchon import ConfigError
+from anarchon import ConfigError, StoreNotSetUp
 
 if TYPE_CHECKING:
+    from ._connection import Link
     from ._options import NATSOptions
     from ._strategies import Strategy
 
-__all__ = ["check_config", "ensure_stream", "stream_config"]
+__all__ = ["check_config", "ensure_stream", "find_stream", "stream_config"]
 
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_SUBJECTS_OVERLAP = 10065
@@ -131,3 +137,35 @@ async def ensure_stream(
                     "subjects"
                 ) from None
     check_config(strategy, options, info.config, where)
+
+
+async def find_stream(link: Link, strategy: Strategy, options: NATSOptions) -> None:
+    """Look the stream up, creating and changing nothing: `StoreNotSetUp` when it does not
+    exist, `ConfigError` when it holds another strategy's claims or is not anarchon's."""
+    from ._strategies import STRATEGIES  # the strategies import this module
+
+    name = options.stream_name
+    try:
+        info = await link.js.stream_info(name)
+    except NotFoundError:
+        raise StoreNotSetUp(
+            f"NATS at {link.where}: there is no stream {name}, so no anarchon claims to read. "
+            f"The stream option names it (default ANARCHON_<prefix>; prefix is "
+            f"{options.prefix!r}): check prefix and stream, or let a scheduler with these "
+            "options claim once"
+        ) from None
+    subjects = list(info.config.subjects or [])
+    if subjects == [strategy.pattern]:
+        return
+    for other in STRATEGIES.values():
+        if other.name != strategy.name and subjects == [other(options).pattern]:
+            raise ConfigError(
+                f"NATS at {link.where}: stream {name} holds the claims of strategy={other.name} "
+                f"(subjects {subjects}), not of strategy={strategy.name}: add "
+                f"strategy={other.name} to the URL"
+            )
+    raise ConfigError(
+        f"NATS at {link.where}: stream {name} is not anarchon's claims stream of prefix "
+        f"{options.prefix!r}: its subjects are {subjects}, expected {[strategy.pattern]}. Check "
+        "the prefix and stream options"
+    )

@@ -47,10 +47,21 @@ def scrub(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def translate(
-    exc: BaseException, where: str, secrets: tuple[str, ...], *, tables: str
+    exc: BaseException,
+    where: str,
+    secrets: tuple[str, ...],
+    *,
+    tables: str,
+    read_only: bool = False,
 ) -> AnarchonError:
-    """The anarchon error for `exc`, raised by an operation on the server at `where`."""
+    """The anarchon error for `exc`, raised by an operation on the server at `where` (by a
+    store opened with `open_read_only` if `read_only`)."""
     detail = scrub(" ".join(str(exc).split()), secrets)
+    if read_only and isinstance(exc, errors.InsufficientPrivilege):
+        return ConfigError(
+            f"PostgreSQL at {where}: permission denied ({detail}); to read the store, the user "
+            f"needs USAGE on the schema and SELECT on {tables}"
+        )
     if isinstance(exc, PoolTimeout):
         return StoreUnavailable(
             f"PostgreSQL at {where}: no connection within the pool timeout ({detail}); the server "

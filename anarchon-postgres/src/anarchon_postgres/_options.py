@@ -85,7 +85,8 @@ class PostgresOptions(StoreOptions):
     """The runs table; anarchon also creates ``<table>_jobs``, ``<table>_schema`` and the
     functions ``<table>_claim`` and ``<table>_claim_many`` next to it."""
     schema: str = attrs.field(default="public", validator=_check_schema)
-    """The schema holding the tables; created if it does not exist."""
+    """The schema holding the tables; created by `open` if it does not exist (never by
+    `open_read_only`)."""
     pool_min_size: int = attrs.field(default=1, validator=_check_pool)
     """Connections the pool keeps open."""
     pool_max_size: int = attrs.field(default=5, validator=_check_pool)

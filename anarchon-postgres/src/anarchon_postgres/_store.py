@@ -30,6 +30,7 @@ from ._errors import shown_url, translate
 from ._names import Names
 from ._options import PostgresOptions
 from ._plpgsql import lock_timeout_setting
+from ._read_only import check_readable
 from ._rows import INLINE_CLOSE, INLINE_QUOTE, Statements, claim_from_answer, run_from_row
 from ._schema import ensure_schema
 
@@ -67,6 +68,8 @@ class PostgresStore(LeaseStore):
         self._sql = Statements.build(self.names, self._lock_timeout)
         self._encoding = "utf-8"
         """The connections' client encoding (as Python names it), for requests sent inline."""
+        self._read_only = False
+        """Opened with `open_read_only`: a permission error names the rights of a reader."""
         self._db = Connections(
             self._conninfo,
             options,
@@ -101,7 +104,7 @@ class PostgresStore(LeaseStore):
     # -- connections -------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> Exception:
         tables = ", ".join(self.names.shown(t) for t in self.names.tables)
-        return translate(exc, self.where, self._secrets, tables=tables)
+        return translate(exc, self.where, self._secrets, tables=tables, read_only=self._read_only)
 
     async def open(self) -> None:
         """Connect, create or check the tables and the claim function, and fill the pool.
@@ -114,6 +117,29 @@ class PostgresStore(LeaseStore):
         conn = await self._db.connect()
         try:
             await ensure_schema(conn, self.names)
+            self._sql = self._sql.rendered(conn)
+            self._encoding = conn.info.encoding
+        except psycopg.Error as exc:
+            raise self._error(exc) from None
+        finally:
+            await conn.close()
+        await self._db.open()
+
+    async def open_read_only(self) -> None:
+        """`SupportsReadOnly` (R1): connect and check with catalog reads that the tables exist
+        and the user may read them, creating and changing nothing; then fill the pool.
+
+        `StoreNotSetUp` when the schema or the tables do not exist (naming the schema),
+        `ConfigError` naming the rights the user lacks (``USAGE`` on the schema, ``SELECT`` on
+        the tables: all `history`, `jobs` and `now_ms` need), `StoreCorrupt` and
+        `StoreUnavailable` as for `open`. Claims, renew, finish and release are not for such a
+        store (a user with only those rights is refused them by the server)."""
+        if self._db.pool is not None:
+            return
+        self._read_only = True
+        conn = await self._db.connect()
+        try:
+            await check_readable(conn, self.names, self.where)
             self._sql = self._sql.rendered(conn)
             self._encoding = conn.info.encoding
         except psycopg.Error as exc:

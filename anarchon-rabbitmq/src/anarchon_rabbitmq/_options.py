@@ -36,6 +36,16 @@ def _bounded(low: int, high: int, unit: str = "") -> Any:
     return check
 
 
+def _optional_http_url(_: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ConfigError(f"{attribute.name} must be a URL such as http://rabbitmq:15672")
+    from ._management import check_management_url
+
+    check_management_url(value)
+
+
 def _optional_path(_: object, attribute: attrs.Attribute[str | None], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value):
         raise ConfigError(f"{attribute.name} must be a file path, got {value!r}")
@@ -85,3 +95,9 @@ class RabbitMQOptions(StoreOptions):
     """amqps: the client certificate's private key."""
     verify: bool = True
     """amqps: verify the broker's certificate and host name. Turn off only for tests."""
+    management_url: str | None = attrs.field(default=None, validator=_optional_http_url)
+    """The management plugin's HTTP API, such as ``http://rabbitmq:15672``: the only way to
+    list the jobs (`jobs`, ``anarchon status``), since AMQP cannot list queues. The AMQP URL's
+    user and password are sent unless this URL has its own; the user needs the ``management``
+    or ``monitoring`` tag. For https, `cafile` and `verify` apply. Unset, the job list says how
+    to set it."""

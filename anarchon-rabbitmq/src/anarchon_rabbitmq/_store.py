@@ -3,7 +3,13 @@ the claim that fills it wins. One round trip per claim: the queue's declaration 
 claim's publish leave together, and the publisher confirm answers both. The scheduler has the
 queues declared (and warmed up, see `_queues.WARM_UP`) ahead of their slot (`prepare`), so that
 the winning claim does not wait for the broker to create one; the claim of a queue this store
-prepared is the publish alone."""
+prepared is the publish alone.
+
+Opened read-only (`RabbitMQStore.open_read_only`, R1) it declares nothing; the job list comes
+from the management plugin's HTTP API (`_management`, which says why).
+
+A little over 400 lines: the claim's path (publish, confirm, and judging an answer that may be
+ambiguous, C3) reads best in one place; the connection is `_link`, the queues `_queues`."""
 
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from anarchon import (
 from anarchon.backend import judge_window, structure_options
 
 from ._link import Link, broken, ignore_result
+from ._management import Management, cannot_list
 from ._options import RabbitMQOptions
 from ._queues import (
     claim_body,
@@ -110,6 +117,8 @@ class RabbitMQStore(ClaimStore):
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._prepared: dict[str, int] = {}
         """Queues this store prepared (name -> slot), whose claim need not declare them again."""
+        self._read_only = False
+        self._management = Management(url, options) if options.management_url is not None else None
 
     @classmethod
     def create(cls, url: str, **options: object) -> RabbitMQStore:
@@ -143,6 +152,10 @@ class RabbitMQStore(ClaimStore):
     async def open(self) -> None:
         """Connect and open a confirm channel, retrying briefly. Nothing is created up front:
         each run's queue is declared by its claims."""
+        self._read_only = False
+        await self._connect()
+
+    async def _connect(self) -> None:
         self._closed = False
         for attempt in range(1, OPEN_TRIES + 1):
             try:
@@ -152,6 +165,33 @@ class RabbitMQStore(ClaimStore):
                 if attempt == OPEN_TRIES:
                     raise
                 await asyncio.sleep(0.2 * attempt)
+
+    async def open_read_only(self) -> None:
+        """Connect, declaring nothing (R1): no queue, not even passively (a declaration the
+        broker answers restarts a queue's expiry). With ``management_url``, the API is asked for
+        the prefix's run queues, and `StoreNotSetUp` says when there are none; without it,
+        AMQP cannot tell, and only the login and virtual host are checked. RabbitMQ keeps no
+        history (`capabilities.history` is False): `history` is empty; `jobs` needs
+        ``management_url``."""
+        self._read_only = True
+        await self._connect()
+        if self._management is not None:
+            await self._management.require_runs(self._link.shown, self.options.slot_ttl_ms)
+
+    async def jobs(self) -> list[str]:
+        """`SupportsJobList`: the jobs with a run queue that still exists (RabbitMQ remembers a
+        run ``slot_ttl_ms`` after its queue was made), sorted, from the management API
+        (``management_url``; AMQP cannot list queues). `ConfigError` without that option."""
+        if self._management is None:
+            raise cannot_list(self._link.shown)
+        return await self._management.jobs()
+
+    def _writable(self) -> None:
+        if self._read_only:
+            raise ConfigError(
+                f"{self!r} was opened read-only (open_read_only): it claims and prepares "
+                "nothing; open it with open() to claim"
+            )
 
     async def close(self) -> None:
         self._closed = True
@@ -173,6 +213,7 @@ class RabbitMQStore(ClaimStore):
         left. Nothing for a slot more than `prepare_ahead_ms` ahead by this instance's clock:
         its queue would be forgotten sooner than `remembers_ms` says. Raises what a claim's declaration would: `StoreUnavailable`, `StoreCorrupt` for a
         foreign queue of the same name, `ConfigError` for missing permissions."""
+        self._writable()
         if self._closed:
             raise StoreUnavailable(f"the RabbitMQ store {self._link.shown} is closed")
         if not jobs or slot - _wall_ms() > self.prepare_ahead_ms:
@@ -214,6 +255,7 @@ class RabbitMQStore(ClaimStore):
         `lost`: a claim queue is never read). `late` without touching the broker by this
         instance's clock; `ConfigError` for a slot so far ahead that its queue could expire
         while the slot can still be claimed (C5, `anarchon.backend.judge_window`)."""
+        self._writable()
         now = _wall_ms()
         late = judge_window(
             request,

@@ -24,6 +24,8 @@ class Link:
         self.options = options
         self.name = name
         self._client: aioredis.Redis | None = None
+        self.read_only = False
+        """Opened with `open_read_only` (R1): the store refuses claims and lease calls."""
 
     @property
     def client(self) -> aioredis.Redis:
@@ -31,10 +33,18 @@ class Link:
             raise RuntimeError(f"{self.name} is not open: await store.open() (or anarchon.connect)")
         return self._client
 
-    async def open(self, setup: Callable[[Link], Awaitable[None]]) -> None:
+    async def open(
+        self, setup: Callable[[Link], Awaitable[None]], *, read_only: bool = False
+    ) -> None:
         """Connect, check the server answers, and run `setup` (the strategy's: load its scripts,
-        check the server supports it); closed again if that fails. Nothing when open already."""
+        check the server supports it; for a `read_only` open, check the prefix holds its keys);
+        closed again if that fails. Nothing when open already, except that an open after a
+        read-only open runs `setup` and makes the store writable."""
         if self._client is not None:
+            if self.read_only and not read_only:
+                with translated(self.url):
+                    await setup(self)
+                self.read_only = False
             return
         client = make_client(self.url, self.options)
         try:
@@ -42,6 +52,7 @@ class Link:
             self._client = client
             with translated(self.url):
                 await setup(self)
+            self.read_only = read_only
         except BaseException:
             self._client = None
             await client.aclose()
@@ -49,6 +60,7 @@ class Link:
 
     async def close(self) -> None:
         client, self._client = self._client, None
+        self.read_only = False
         if client is not None:
             await client.aclose()
 

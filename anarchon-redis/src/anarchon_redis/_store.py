@@ -2,7 +2,13 @@
 with `RedisStore.from_url`. A store holds the connection's life (open, close, the server's
 clock) and hands claims, batches and history to its `Strategy` (``_strategies/``). The lease
 strategy's store is a `LeaseStore` (`RedisLeaseStore`), so the runtime heartbeats its runs; the
-no-lease stores are not. Keys of one job share the hash tag ``{prefix:job}``."""
+no-lease stores are not. Keys of one job share the hash tag ``{prefix:job}``.
+
+Every store lists its jobs (`anarchon.abc.SupportsJobList`, with SCAN: see `_keyspace` for why)
+and opens read-only (`anarchon.abc.SupportsReadOnly`, R1): connect and check the prefix holds
+the strategy's keys, with reads only (no script or function loaded, no key written); history,
+the clock and the job list are plain reads, so a user allowed only ``@read`` commands can run
+``anarchon history`` and ``status``. A store opened so refuses claims and lease calls."""
 
 from __future__ import annotations
 
@@ -118,6 +124,18 @@ class RedisStore(ClaimStore):
     async def open(self) -> None:
         await self.link.open(self.strategy.setup)
 
+    async def open_read_only(self) -> None:
+        """`anarchon.abc.SupportsReadOnly` (R1): connect and check, with SCAN, that the prefix
+        holds keys of this strategy (`StoreNotSetUp` naming the database and prefix if not);
+        nothing is loaded or written."""
+        await self.link.open(self.strategy.check_set_up, read_only=True)
+
+    def _refused(self) -> RuntimeError:
+        return RuntimeError(
+            f"{self!r} was opened read-only (open_read_only, connect(..., read_only=True)), "
+            "which makes no claims: open it with await store.open() or anarchon.connect(url)"
+        )
+
     async def close(self) -> None:
         await self.link.close()
 
@@ -125,15 +143,24 @@ class RedisStore(ClaimStore):
         return await self.link.now_ms()
 
     async def claim(self, request: ClaimRequest) -> Claim:
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.claim(self.link, request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """`anarchon.abc.SupportsClaimMany`: the strategy's batch, each job answered as its
         single claim would be."""
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.claim_many(self.link, requests)
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         return await self.strategy.history(self.link, job, limit)
+
+    async def jobs(self) -> list[str]:
+        """`anarchon.abc.SupportsJobList`: the jobs of this prefix with a remembered run (lease:
+        or a floor), sorted; read with SCAN, writing nothing (see `_keyspace`)."""
+        return await self.strategy.jobs(self.link)
 
 
 class RedisLeaseStore(RedisStore, LeaseStore):
@@ -144,17 +171,25 @@ class RedisLeaseStore(RedisStore, LeaseStore):
     strategy: LeaseStrategy
 
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.renew(self.link, job, slot, token, lease_ms)
 
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.finish(self.link, job, slot, token, status, error)
 
     async def release(self, job: str, slot: int, token: str) -> bool:
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.release(self.link, job, slot, token)
 
     async def check(self, request: ClaimRequest) -> Claim:
+        if self.link.read_only:
+            raise self._refused()
         return await self.strategy.check(self.link, request)
 
 
@@ -173,6 +208,8 @@ class IdmpStore(RedisStore):
     strategy: IdmpStrategy
 
     async def setup_jobs(self, jobs: Sequence[str]) -> None:
+        if self.link.read_only:
+            raise self._refused()
         await self.strategy.setup_jobs(self.link, jobs)
 
 

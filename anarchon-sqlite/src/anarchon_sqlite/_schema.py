@@ -13,7 +13,16 @@ from importlib.resources import files
 
 from anarchon import StoreCorrupt
 
-__all__ = ["JOBS", "RUNS", "SCHEMA", "SCHEMA_VERSION", "check_schema", "ensure_schema"]
+__all__ = [
+    "JOBS",
+    "RUNS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "check_schema",
+    "ensure_schema",
+    "existing_tables",
+    "verify_schema",
+]
 
 SCHEMA = "anarchon_schema"
 RUNS = "anarchon_runs"
@@ -62,7 +71,8 @@ def _create() -> list[str]:
     return [s.format(**names) for s in statements if s]
 
 
-def _existing(conn: sqlite3.Connection) -> dict[str, str]:
+def existing_tables(conn: sqlite3.Connection) -> dict[str, str]:
+    """Which of anarchon's tables the file has, by name, with their kind (table, view ...)."""
     names = tuple(_TABLES)
     rows = conn.execute(
         "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?)", names
@@ -73,8 +83,8 @@ def _existing(conn: sqlite3.Connection) -> dict[str, str]:
 def check_schema(conn: sqlite3.Connection, path: str) -> None:
     """Before anything is written to the file (even the switch to WAL): if any of our tables
     exists, check them all, so a foreign or tampered file is refused untouched."""
-    if _existing(conn):
-        _verify(conn, path)
+    if existing_tables(conn):
+        verify_schema(conn, path)
 
 
 def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
@@ -83,12 +93,12 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     `conn` is in autocommit mode (``isolation_level=None``). Raises `StoreCorrupt` naming the table
     and what is wrong; nothing is written to a file that already has any of the tables.
     """
-    if len(_existing(conn)) == len(_TABLES):  # the usual case: a plain read, no write lock
-        _verify(conn, path)
+    if len(existing_tables(conn)) == len(_TABLES):  # the usual case: a plain read, no write lock
+        verify_schema(conn, path)
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        found = _existing(conn)
+        found = existing_tables(conn)
         if not found:
             for statement in _create():
                 conn.execute(statement)
@@ -97,11 +107,13 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("ROLLBACK")
         raise
     if found:
-        _verify(conn, path)
+        verify_schema(conn, path)
 
 
-def _verify(conn: sqlite3.Connection, path: str) -> None:
-    found = _existing(conn)
+def verify_schema(conn: sqlite3.Connection, path: str) -> None:
+    """The tables that exist are ours, unchanged, all there, at our version: else
+    `StoreCorrupt`. Reads only."""
+    found = existing_tables(conn)
     fix = "it was not written by this anarchon-sqlite; point the URL at a new file"
     for table, kind in found.items():  # tables that exist first: a foreign one is named as such
         columns, key = _TABLES[table]

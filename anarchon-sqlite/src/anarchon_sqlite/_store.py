@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import attrs
 
@@ -23,12 +24,14 @@ from anarchon import (
 from anarchon.backend import LEASE_STORE, structure_options
 
 from ._options import SQLiteOptions
+from ._read_only import check_readable, read
 from ._steps import Steps
 from ._worker import Worker
 
 __all__ = ["SQLiteStore"]
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 
 _CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
 """Every rule by this host's clock, and batches (`claim_many`)."""
@@ -92,6 +95,7 @@ class SQLiteStore(LeaseStore):
             history_limit=options.history_limit,
             retention_margin_ms=options.retention_margin_ms,
         )
+        self._read_only = False
 
     @classmethod
     def create(
@@ -114,6 +118,7 @@ class SQLiteStore(LeaseStore):
 
         `ConfigError` when the path cannot hold a database (missing directory, not writable),
         `StoreCorrupt` when the file is not SQLite or its anarchon tables were changed."""
+        self._read_only = self._worker.read_only = self._holder.read_only = False
         await self._worker.start()
         try:
             await self._holder.start()
@@ -121,7 +126,22 @@ class SQLiteStore(LeaseStore):
             await self._worker.stop()
             raise
 
+    async def open_read_only(self) -> None:
+        """`SupportsReadOnly` (R1): open the file to read it, writing nothing, not even SQLite's
+        log files when no connection has it open (`anarchon_sqlite._read_only`), so it works on a
+        read-only file in a read-only directory. `StoreNotSetUp` when the file does not exist or
+        holds no anarchon tables; `StoreCorrupt` as for `open`.
+
+        Each `history` and `jobs` call then reads on a connection of its own; claims and lease
+        calls are refused as on a closed store."""
+        await asyncio.to_thread(check_readable, self.path, self.options.busy_timeout_ms)
+        self._read_only = self._worker.read_only = self._holder.read_only = True
+
+    async def _read(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.to_thread(read, self.path, self.options.busy_timeout_ms, fn, *args)
+
     async def close(self) -> None:
+        self._read_only = self._worker.read_only = self._holder.read_only = False
         await self._holder.stop()
         await self._worker.stop()
 
@@ -156,8 +176,12 @@ class SQLiteStore(LeaseStore):
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"history limit must be an int >= 0, got {limit!r}")
+        if self._read_only:
+            return await self._read(self._steps.history, job, limit)
         return await self._worker.run(self._steps.history, job, limit)
 
     async def jobs(self) -> list[str]:
         """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
+        if self._read_only:
+            return await self._read(self._steps.jobs)
         return await self._worker.run(self._steps.jobs)

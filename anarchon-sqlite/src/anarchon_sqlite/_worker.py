@@ -119,6 +119,8 @@ class Worker:
         self.busy_timeout_ms = busy_timeout_ms
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self.read_only = False
+        """The store was opened read-only (R1): this connection is never opened."""
 
     async def start(self) -> None:
         if self._executor is not None:
@@ -145,6 +147,12 @@ class Worker:
         """Run ``fn(connection, *args)`` on the worker thread; sqlite3 errors become anarchon
         errors."""
         executor, conn = self._executor, self._conn
+        if self.read_only:
+            raise ConfigError(
+                f"SQLite store {self.path} was opened read-only (open_read_only): it reads "
+                "history and jobs, and makes no claim and no lease call; open it with "
+                "'await anarchon.connect(url)' to claim"
+            )
         if executor is None or conn is None:
             raise StoreUnavailable(
                 f"SQLite store {self.path} is not open: use 'await anarchon.connect(url)' or "

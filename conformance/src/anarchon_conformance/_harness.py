@@ -92,7 +92,12 @@ class BackendHarness(abc.ABC):
         **options: Any,
     ) -> ClaimStore:
         """Open a store object on this harness's store. Every call is a new "instance" (its own
-        connections); the kit closes them all at the end of the test."""
+        connections); the kit closes them all at the end of the test.
+
+        The R1 check passes ``read_only=True`` among `options`: an override must hand it to
+        `anarchon.connect` (or call ``open_read_only()`` instead of ``open()``). It opens a
+        prefix read-only before anything else of the test opened it, so the store `url` names
+        must be fresh: nothing created in it before the kit opens it."""
         store = await connect(self.url(address), prefix=prefix, **options)
         self._stores.append(store)
         return store

@@ -76,6 +76,11 @@ RULES: tuple[Rule, ...] = (
     Rule(id="MODEL", description="stateful agreement with the memory:// reference model"),
     Rule(id="PREP", description="preparing a slot ahead decides nothing (SupportsPrepare)"),
     Rule(id="SETUP", description="setting jobs up at start decides nothing (SupportsJobSetup)"),
+    Rule(
+        id="R1",
+        description="read-only: opened read-only, a store creates and changes nothing; an unused "
+        "one is StoreNotSetUp (SupportsReadOnly)",
+    ),
 )
 
 RULE_IDS = frozenset(r.id for r in RULES)

@@ -17,7 +17,7 @@ import attrs
 
 from .._capabilities import Capabilities
 from .._claims import Claim, ClaimRequest
-from .._errors import StoreCorrupt
+from .._errors import StoreCorrupt, StoreNotSetUp
 from .._leases import decide_claim, decide_finish, keep_until
 from .._names import check_name, shown
 from .._options import StoreOptions
@@ -50,6 +50,9 @@ class _Job:
 class _Namespace:
     lock: threading.Lock = attrs.Factory(threading.Lock)
     jobs: dict[tuple[str, str], _Job] = attrs.Factory(dict)
+    opened: set[str] = attrs.Factory(set)
+    """The prefixes a store of this namespace was opened with (`open`): what "set up" means for
+    `open_read_only`, as a schema created at open is for a database."""
 
 
 _namespaces: dict[str, _Namespace] = {}
@@ -100,7 +103,24 @@ class MemoryStore(LeaseStore):
         )
 
     async def open(self) -> None:
-        return None
+        with self._ns.lock:
+            self._ns.opened.add(self.options.prefix)
+
+    async def open_read_only(self) -> None:
+        """`SupportsReadOnly` (R1): `StoreNotSetUp` unless a store of this name was opened with
+        this prefix, or holds runs of it. Changes nothing."""
+        with self._ns.lock:
+            prefix = self.options.prefix
+            if prefix in self._ns.opened or self._jobs_locked():
+                return
+        name = self.url.host or self.url.path
+        where = f"memory://{name}" if name else "memory:// (a store private to its object)"
+        raise StoreNotSetUp(
+            f"{where} holds no anarchon data for prefix {prefix!r}: no store of this name was "
+            "opened with this prefix in this process. memory:// stores live inside one process, "
+            "so another process (the anarchon command) always finds them empty; name a store "
+            "of this process, or use a store other processes can reach (sqlite:///anarchon.db)"
+        )
 
     async def close(self) -> None:
         return None
@@ -217,9 +237,10 @@ class MemoryStore(LeaseStore):
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         """Newest slot first; a run a backdoor damaged is reported (`DamagedHistory`) with the
-        others, as the stores that keep data outside the process do."""
+        others, as the stores that keep data outside the process do. Writes nothing (R1)."""
         with self._ns.lock:
-            runs = self._job(job).runs
+            state = self._ns.jobs.get((self.options.prefix, job))
+            runs = state.runs if state is not None else {}
             reader = HistoryReader(job)
             where = str(self.url)
             for slot in sorted(runs, reverse=True)[:limit]:
@@ -234,11 +255,14 @@ class MemoryStore(LeaseStore):
     async def jobs(self) -> list[str]:
         """`SupportsJobList`: the jobs of this prefix with a remembered run or a floor."""
         with self._ns.lock:
-            return sorted(
-                job
-                for (prefix, job), state in self._ns.jobs.items()
-                if prefix == self.options.prefix and (state.runs or state.floor is not None)
-            )
+            return self._jobs_locked()
+
+    def _jobs_locked(self) -> list[str]:
+        return sorted(
+            job
+            for (prefix, job), state in self._ns.jobs.items()
+            if prefix == self.options.prefix and (state.runs or state.floor is not None)
+        )
 
     # -- backdoors for the conformance kit ------------------------------------------------------
     def raw_run(self, job: str, slot: int) -> RunRecord | None:

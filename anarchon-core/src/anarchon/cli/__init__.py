@@ -14,16 +14,18 @@ from typing import Any, NoReturn
 import attrs
 import click
 
-from .._errors import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable
+from .._errors import AnarchonError, ConfigError, StoreCorrupt, StoreNotSetUp, StoreUnavailable
 from .._urls import redact
 
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_STORE_CORRUPT",
+    "EXIT_STORE_NOT_SET_UP",
     "EXIT_STORE_UNAVAILABLE",
     "EXIT_UNEXPECTED",
     "CliError",
     "StoreCorruptExit",
+    "StoreNotSetUpExit",
     "StoreUnavailableExit",
     "UnexpectedError",
     "cli",
@@ -34,6 +36,7 @@ EXIT_UNEXPECTED = 1
 EXIT_CONFIG = 2
 EXIT_STORE_UNAVAILABLE = 3
 EXIT_STORE_CORRUPT = 4
+EXIT_STORE_NOT_SET_UP = 5
 
 _EPILOG = """\b
 Exit codes:
@@ -42,6 +45,8 @@ Exit codes:
   2  bad usage or configuration: arguments, cron, time zone, URL, module path, settings
   3  the store could not be reached
   4  the store holds data anarchon cannot read
+  5  the store holds no anarchon data where the command looked (history, status,
+     dashboard: nothing was created; check the URL, its prefix and schema)
   130  interrupted (Ctrl-C)
 """
 
@@ -75,6 +80,10 @@ class StoreUnavailableExit(CliError):
 
 class StoreCorruptExit(CliError):
     exit_code = EXIT_STORE_CORRUPT
+
+
+class StoreNotSetUpExit(CliError):
+    exit_code = EXIT_STORE_NOT_SET_UP
 
 
 @attrs.define
@@ -122,6 +131,8 @@ def _fail(ctx: click.Context, exc: BaseException) -> NoReturn:
     if options.debug:
         raise exc
     message = redact(str(exc)) or type(exc).__name__
+    if isinstance(exc, StoreNotSetUp):  # a ConfigError, with its own code for scripts
+        raise StoreNotSetUpExit(message) from None
     if isinstance(exc, ConfigError):
         raise CliError(message) from None
     if isinstance(exc, StoreUnavailable):

@@ -22,10 +22,9 @@ from .._names import check_name
 from .._urls import StoreURL
 from ..abc import SupportsJobList
 from . import CliError, configure_logging
-from ._inspect import check_file
 
 if TYPE_CHECKING:
-    from .._runtime.cron import Schedule
+    from .._runtime.interval import JobSchedule
 
 __all__ = ["dashboard", "is_loopback"]
 
@@ -67,7 +66,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _schedules(target: str | None) -> dict[str, Schedule]:
+def _schedules(target: str | None) -> dict[str, JobSchedule]:
     if target is None:
         return {}
     from ._run import load_scheduler
@@ -130,6 +129,9 @@ def dashboard(
 
     It serves on 127.0.0.1 only unless --host names another address and --allow-remote is
     given. Passwords in URL never appear on the page. Stop it with Ctrl-C or SIGTERM.
+
+    The store is opened read-only: nothing is created or changed, and read rights are enough;
+    a store that holds no anarchon data there is refused, naming where it looked (exit 5).
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
@@ -154,14 +156,13 @@ def dashboard(
             f"{_EXTRA}"
         ) from None
     schedules = _schedules(target)
-    check_file(parsed)
     settings = DashboardSettings(
         url=parsed, jobs=jobs, schedules=schedules, refresh_ms=refresh_ms, slots=slots
     )
     sock = _listen(host, port)
 
     async def serve() -> None:
-        async with connect(parsed) as store:
+        async with connect(parsed, read_only=True) as store:
             if not store.capabilities.history:
                 raise ConfigError(
                     f"store {parsed} keeps no run history ({parsed.scheme}:// has none)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -29,7 +28,6 @@ from . import configure_logging
 __all__ = [
     "DAMAGED",
     "backends",
-    "check_file",
     "damaged_json",
     "history",
     "in_slot_order",
@@ -153,18 +151,12 @@ def parse_since(text: str, now_ms: int) -> int:
     return parse_after(text, "UTC", option="--since")
 
 
-def check_file(parsed: StoreURL) -> None:
-    """Opening a missing SQLite file would create an empty database: a typo should not leave
-    files behind."""
-    if parsed.scheme == "sqlite" and parsed.path and not os.path.exists(parsed.path):
-        raise ConfigError(f"{parsed}: no such database file {os.path.abspath(parsed.path)!r}")
-
-
 async def _read_history(
     url: StoreURL, job: str, limit: int
 ) -> tuple[list[RunRecord], DamagedHistory | None]:
-    """The runs that could be read, and what says which could not (`DamagedHistory`)."""
-    async with connect(url) as store:
+    """The runs that could be read, and what says which could not (`DamagedHistory`). The
+    store is opened read-only (R1): a typo in the URL leaves nothing behind."""
+    async with connect(url, read_only=True) as store:
         if not store.capabilities.history:
             raise ConfigError(f"store {url} keeps no run history ({url.scheme}:// has none)")
         try:
@@ -246,12 +238,14 @@ def history(
     Times are UTC. Passwords in URL are never printed. A stored run that cannot be read is
     shown with status "damaged", its key and what is wrong, whatever the filters, among the
     others; the command then exits with code 4.
+
+    The store is opened read-only: nothing is created or changed, and read rights are enough.
+    A store that holds no anarchon data there is an error naming where it looked (exit 5).
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
     check_name(job, what="job name")
     since_ms = None if since is None else parse_since(since, int(time.time() * 1000))
-    check_file(parsed)
     filtered = since_ms is not None or bool(statuses)
     records, damage = asyncio.run(_read_history(parsed, job, _FILTER_WINDOW if filtered else limit))
     wanted = {s.lower() for s in statuses}

@@ -24,7 +24,7 @@ from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from .._urls import StoreURL, redact
 from ..abc import ClaimStore, SupportsJobList
 from . import configure_logging
-from ._inspect import DAMAGED, _console, _iso, check_file, damaged_json, in_slot_order
+from ._inspect import DAMAGED, _console, _iso, damaged_json, in_slot_order
 
 __all__ = ["JobStatus", "Snapshot", "damage_of", "read_snapshot", "status"]
 
@@ -223,16 +223,18 @@ def status(
     Times are UTC, by the store's clock. Passwords in URL are never printed. A stored run that
     cannot be read is shown with status "damaged", its key and what is wrong, among the others;
     with --once or --json the command then exits with code 4.
+
+    The store is opened read-only: nothing is created or changed, and read rights are enough.
+    A store that holds no anarchon data there is an error naming where it looked (exit 5).
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
     for job in jobs:
         check_name(job, what="job name")
     period_s = to_ms(interval, what="--interval") / 1000
-    check_file(parsed)
 
     async def main() -> None:
-        async with connect(parsed) as store:
+        async with connect(parsed, read_only=True) as store:
             snapshot = await read_snapshot(store, parsed, jobs, slots=slots, window=window)
             console = _console()
             if as_json or once:

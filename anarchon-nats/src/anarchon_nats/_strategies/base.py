@@ -24,8 +24,8 @@ from anarchon.backend import judge_window
 
 from .._batch import claim_all
 from .._claim import claim_one, wall_ms
-from .._history import read_history
-from .._stream import ensure_stream
+from .._history import read_history, read_jobs
+from .._stream import ensure_stream, find_stream
 
 if TYPE_CHECKING:
     from nats.js.errors import APIError
@@ -42,6 +42,8 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str]
     """The ``strategy`` option that selects this class."""
+    per_slot: ClassVar[bool] = False
+    """Whether each run has a subject of its own (`history` then reads only the newest)."""
 
     def __init__(self, options: NATSOptions) -> None:
         self.options = options
@@ -115,6 +117,11 @@ class Strategy(abc.ABC):
         """Create the stream, or check the one that exists (`ConfigError` when it differs)."""
         await ensure_stream(link.js, self, self.options, link.where)
 
+    async def find(self, link: Link) -> None:
+        """Read-only: check that the stream exists and holds this strategy's claims
+        (`StoreNotSetUp`, `ConfigError`); nothing is created or changed."""
+        await find_stream(link, self, self.options)
+
     async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         """Publish the claim and read a refusal back; the caller has `judge`d it."""
         return await claim_one(link, self, request)
@@ -124,3 +131,6 @@ class Strategy(abc.ABC):
 
     async def history(self, link: Link, job: str, limit: int) -> list[RunRecord]:
         return await read_history(link, self, job, limit)
+
+    async def jobs(self, link: Link) -> list[str]:
+        return await read_jobs(link, self)

@@ -26,6 +26,7 @@ class ExpectedSeq(Strategy):
     """One subject per run, guarded by its expected last sequence."""
 
     name = "expected-seq"
+    per_slot = True
 
     @property
     def pattern(self) -> str:

@@ -10,7 +10,8 @@ A strategy:
 * sets itself up when the store opens (`setup`: load its scripts, check the server has what it
   needs);
 * decides claims one at a time (`claim`) and many at once (`claim_many`, the same decisions);
-* reads a job's history (`history`).
+* reads a job's history (`history`), lists the jobs that have runs (`jobs`), and checks at a
+  read-only open that the prefix holds its keys (`check_set_up`), reading only (R1).
 
 The lease strategy also renews, finishes, releases and checks runs (`LeaseStrategy`), which
 the store forwards as a `LeaseStore`; idmp also sets jobs up when a scheduler starts
@@ -23,9 +24,11 @@ import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from anarchon.backend import Capabilities, Claim, ClaimRequest, RunRecord
+from anarchon.backend import Capabilities, Claim, ClaimRequest, RunRecord, StoreNotSetUp
 
+from .._client import translated
 from .._keys import JobKeys
+from .._keyspace import KINDS, job_names, kinds_under
 
 if TYPE_CHECKING:
     from .._connection import Link
@@ -39,6 +42,9 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str]
     """The ``strategy=`` value this class implements."""
+    run_key: ClassVar[str]
+    """The kind of key (`anarchon_redis._keyspace.KINDS`) a job has once a run of it is
+    remembered: ``runs`` for lease, ``claims`` for the stream strategies."""
 
     def __init__(self, options: RedisOptions) -> None:
         self.options = options
@@ -71,3 +77,37 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     async def history(self, link: Link, job: str, limit: int = 100) -> list[RunRecord]:
         """The job's most recent runs, newest slot first, at most `limit`."""
+
+    async def jobs(self, link: Link) -> list[str]:
+        """`anarchon.abc.SupportsJobList`: the jobs with a `run_key` under the prefix, sorted
+        (SCAN, see `anarchon_redis._keyspace`)."""
+        with translated(link.url):
+            return await job_names(link.client, self.options.prefix, self.run_key)
+
+    async def check_set_up(self, link: Link) -> None:
+        """A read-only open's check (R1): the prefix holds keys of this strategy, else
+        `StoreNotSetUp` saying where it looked (and which strategy wrote the keys it found).
+        Reads only: SCAN, no script loaded, nothing written."""
+        prefix = self.options.prefix
+        found = await kinds_under(link.client, prefix, self.run_key)
+        if self.run_key in found:
+            return
+        where = (
+            f"Redis at {link.url} (database {link.url.path or '0'}) has no key of "
+            f"strategy={self.name} under prefix {prefix!r} ({{{prefix}:<job>}}:{self.run_key})"
+        )
+        if found:
+            kind, key = next(iter(found.items()))
+            names = KINDS[kind]
+            others = "strategy=" + (
+                names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+            )
+            raise StoreNotSetUp(
+                f"{where}, but has keys of {others} (such as {key}): give the strategy the "
+                "schedulers use (?strategy=...)"
+            )
+        raise StoreNotSetUp(
+            f"{where}, nor any key of anarchon's there: no scheduler has claimed a job under "
+            "this prefix in this database. Check the URL's database number (/0) and its "
+            "?prefix="
+        )

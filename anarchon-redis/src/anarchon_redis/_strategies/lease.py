@@ -66,6 +66,7 @@ class LeaseStrategy(ScriptedStrategy):
     """Leases in Redis: claims, renew, finish and release are one script each call."""
 
     name = "lease"
+    run_key = "runs"
     keys_per_job = 4
 
     def __init__(self, options: RedisOptions) -> None:

@@ -26,7 +26,7 @@ from anarchon.backend import (
     early_claim_error,
 )
 
-from .._client import guarded
+from .._client import guarded, translated
 from .scripted import ScriptedStrategy
 
 if TYPE_CHECKING:
@@ -152,6 +152,8 @@ def refuse_early(request: ClaimRequest, now: str, remembers_ms: int) -> None:
 class StreamStrategy(ScriptedStrategy):
     """Base of the no-lease strategies."""
 
+    run_key = "claims"
+
     @property
     @abc.abstractmethod
     def remembers_ms(self) -> int | None:
@@ -173,6 +175,21 @@ class StreamStrategy(ScriptedStrategy):
             batch=self.batch,
             remembers_ms=self.remembers_ms,
         )
+
+    async def jobs(self, link: Link) -> list[str]:
+        """The jobs whose claim stream has an entry: idmp gives a job's stream its settings
+        before the first claim (`setup_jobs`), so a stream may be empty. One SCAN walk, then one
+        pipelined XLEN per stream; a key that is not a stream is listed (its history says what
+        is wrong with it)."""
+        named = await super().jobs(link)
+        if not named:
+            return []
+        pipe = link.client.pipeline(transaction=False)
+        for job in named:
+            pipe.xlen(self.keys(job).claims)
+        with translated(link.url):
+            sizes = await pipe.execute(raise_on_error=False)
+        return [job for job, size in zip(named, sizes, strict=True) if size != 0]
 
     async def history(self, link: Link, job: str, limit: int = 100) -> list[RunRecord]:
         """The job's claims, newest first (entries are appended in slot order, near enough: the

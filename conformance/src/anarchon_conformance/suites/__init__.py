@@ -15,6 +15,7 @@ from .leases import LeaseTests
 from .ledger import LedgerTests
 from .memory_rule import MemoryRuleTests
 from .prepare import PrepareTests
+from .read_only import ReadOnlyTests
 from .reconnect import ReconnectTests
 from .setup import SetupTests
 from .single_winner import SingleWinnerTests
@@ -31,6 +32,7 @@ __all__ = [
     "LedgerTests",
     "MemoryRuleTests",
     "PrepareTests",
+    "ReadOnlyTests",
     "ReconnectTests",
     "SetupTests",
     "SingleWinnerTests",
@@ -52,5 +54,6 @@ class ConformanceSuite(
     ClockTests,
     PrepareTests,
     SetupTests,
+    ReadOnlyTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""

@@ -13,12 +13,13 @@ from typing import Any
 
 import click
 
-from ..._errors import AnarchonError, ConfigError, StoreCorrupt, StoreUnavailable
+from ..._errors import AnarchonError, ConfigError, StoreCorrupt, StoreNotSetUp, StoreUnavailable
 from ..._urls import redact
 from ...abc import ClaimStore, SupportsJobList
 from ...cli import (
     EXIT_CONFIG,
     EXIT_STORE_CORRUPT,
+    EXIT_STORE_NOT_SET_UP,
     EXIT_STORE_UNAVAILABLE,
     EXIT_UNEXPECTED,
     StructuredFormatter,
@@ -44,6 +45,8 @@ class CommandFailed(Exception):
 
 
 def _exit_code(exc: AnarchonError) -> int:
+    if isinstance(exc, StoreNotSetUp):
+        return EXIT_STORE_NOT_SET_UP
     if isinstance(exc, ConfigError):
         return EXIT_CONFIG
     if isinstance(exc, StoreUnavailable):
