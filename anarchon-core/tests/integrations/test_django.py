@@ -360,6 +360,11 @@ def test_a_good_project_checks_clean_and_run_wants_jobs(
     bad_option = project.manage("anarchon", "history", "tick", "--bogus")
     assert bad_option.returncode == 2
     assert "No such option '--bogus'" in bad_option.stderr
+    # Read-only commands on a store no scheduler has used yet: exit 5, and nothing created.
+    unused = project.manage("anarchon", "status", "--once")
+    assert unused.returncode == 5, unused.stderr
+    assert f"no SQLite database file {tmp_path / 'store.db'}" in unused.stderr
+    assert not (tmp_path / "store.db").exists()
 
 
 # -- settings, in this process ------------------------------------------------------------------
@@ -430,6 +435,23 @@ def test_declarations_are_checked_and_kept_not_raised() -> None:
     assert broken.error is not None
     assert "'99'" in broken.error
     assert report.__name__ == "report"  # the decorator gives the function back as it was
+
+
+def test_interval_jobs_and_timeouts_are_declared_like_on_a_scheduler() -> None:
+    jobs = ProjectScheduler()
+
+    @jobs.job(every="30s", offset="5s", timeout="10s")
+    def poll() -> None: ...
+
+    @jobs.job("* * * * *", every="30s")
+    def both() -> None: ...
+
+    poll_job, both_job = jobs.declared
+    assert poll_job.error is None and poll_job.spec is not None
+    assert poll_job.cron is None
+    assert poll_job.spec.schedule.text == "every 30s offset 5s"
+    assert poll_job.spec.timeout_ms == 10_000
+    assert both_job.error is not None and "every" in both_job.error
 
 
 def test_the_connection_wrapper_keeps_what_the_scheduler_reads() -> None:

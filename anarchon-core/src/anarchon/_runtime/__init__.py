@@ -7,7 +7,8 @@ the order a claim travels:
 - `settings`: `Settings` from code, TOML and ``ANARCHON_*`` variables.
 - `opening`: opening the store at start, and in the background after a degraded start.
 - `jobs`: `JobSpec`, a job as the runtime knows it, checked against its store.
-- `cron` and `cron_fields`: `Schedule`, the slots of a cron expression in a time zone.
+- `cron` and `cron_fields`: `Schedule`, the slots of a cron expression in a time zone;
+  `interval`: `Interval`, the slots of ``every=`` (aligned to the epoch).
 - `timetable`: which slot of which job is due next (T2, T5, T6).
 - `catch_up`: what becomes of slots reached late (T6).
 - `dispatcher`: fires the due slots, claims them, keeps lanes of late slots, backs up holders.

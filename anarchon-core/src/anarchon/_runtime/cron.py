@@ -130,6 +130,12 @@ class Schedule:
     def __str__(self) -> str:
         return f"{self.expression} in {self.tz}"
 
+    @property
+    def text(self) -> str:
+        """``*/5 * * * * (UTC)``: how the schedule is shown (dashboard); an `Interval` shows
+        ``every 30s``."""
+        return f"{self.expression} ({self.tz})"
+
     def describe(self) -> str:
         """The expression, the zone and how the schedule treats daylight saving changes."""
         if self.follows_real_time or self.tz in UTC_NAMES:

@@ -1,24 +1,24 @@
-"""Executing a won run: heartbeats, self-fencing on the monotonic clock (F1), finish, release."""
+"""Executing a won run: heartbeats, self-fencing on the monotonic clock (F1), the job's timeout,
+finish, release. The job's body itself runs in `bodies`."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
-import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from .._claims import Claim, ClaimRequest
 from .._runs import RunStatus
+from .bodies import guarded, run_in_thread
 from .claimer import TRANSPORT_ERRORS
 from .context import RuntimeContext
 from .handle import Run
 from .jobs import JobSpec, call_job
 
-__all__ = ["Execution", "fence_margin_s"]
+__all__ = ["Execution", "fence_margin_s", "show_duration"]
 
 log = logging.getLogger("anarchon.run")
 
@@ -31,68 +31,15 @@ def fence_margin_s(lease_ms: int) -> float:
     return min(max(lease_ms / 10_000, 0.02), 2.0)
 
 
-def _run_in_thread(name: str, func: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
-    """Run a sync job in its own daemon thread (never on the loop, never starving a pool)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def resolve(ok: bool, value: Any) -> None:
-        if future.done():
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-    def target() -> None:
-        try:
-            result = func(run)
-        except BaseException as exc:  # noqa: BLE001 - handed to the loop, never lost
-            loop.call_soon_threadsafe(resolve, False, exc)
-        else:
-            loop.call_soon_threadsafe(resolve, True, result)
-
-    threading.Thread(target=target, name=f"anarchon-job-{name}", daemon=True).start()
-    return future
-
-
-class _Guarded:
-    """An async job's coroutine, stepped by hand so that each step first checks the lease (F1).
-
-    After a pause longer than the lease (SIGSTOP, a stalled host), the job's own timer may be
-    ready before the heartbeat task that would fence it; asyncio could then resume the job for
-    one more step although the run is already fenced. Here every resumption of the job is
-    preceded by a look at `Run.fenced` (the monotonic deadline too): a fenced run gets
-    `CancelledError` thrown in where it waits, so its ``except``/``finally`` run and no step of
-    its work does."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], run: Run) -> None:
-        self.coro = coro
-        self.run = run
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, run = self.coro, self.run
-        send: Any = None
-        error: BaseException | None = None
-        cancelled = False  # once: the job's own cleanup may await afterwards
-        while True:
-            if not cancelled and run.fenced:
-                cancelled = True
-                error = asyncio.CancelledError(f"fenced: {run.fence_reason}")
-            elif isinstance(error, asyncio.CancelledError):
-                cancelled = True
-            try:
-                waiting = coro.send(send) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                send, error = (yield waiting), None
-            except BaseException as exc:  # noqa: BLE001 - passed on to the job, as asyncio does
-                send, error = None, exc
-
-
-async def _guarded(coro: Coroutine[Any, Any, Any], run: Run) -> Any:
-    return await _Guarded(coro, run)
+def show_duration(ms: int) -> str:
+    """`ms` as a duration string that `to_ms` reads back: 600000 -> ``10m``, 90500 ->
+    ``1m30s500ms``; the form logs and error texts show a job's timeout in."""
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, ms = divmod(ms, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0ms"
 
 
 class Execution:
@@ -126,7 +73,10 @@ class Execution:
             deadline=deadline,
         )
         self._job: asyncio.Future[Any] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._abandoned = False
+        self._timed_out: asyncio.Future[None] | None = None
+        """Resolved when the job's timeout passes before the job ends."""
         self.started_at = time.time_ns() // 1_000_000
         """When this instance won the run, epoch ms (local clock)."""
         self.done = asyncio.Event()
@@ -145,13 +95,19 @@ class Execution:
             extra=self._fields(),
         )
         if spec.is_async:
-            self._job = asyncio.ensure_future(_guarded(call_job(spec, run), run))
+            self._job = asyncio.ensure_future(guarded(call_job(spec, run), run))
         else:
-            self._job = _run_in_thread(spec.name, functools.partial(call_job, spec), run)
+            self._job = run_in_thread(spec.name, functools.partial(call_job, spec), run)
         heartbeat = asyncio.create_task(self._heartbeat()) if self.store else None
+        self._heartbeat_task = heartbeat
         status, error = RunStatus.SUCCEEDED, None
         try:
-            await asyncio.shield(self._job)
+            if await self._wait_for_job():
+                assert spec.timeout_ms is not None
+                status = RunStatus.FAILED
+                error = f"timeout: ran longer than {show_duration(spec.timeout_ms)}"
+            else:
+                self._job.result()
         except asyncio.CancelledError:
             if not self._job.cancelled():
                 raise  # the scheduler itself is being cancelled
@@ -210,6 +166,84 @@ class Execution:
         )
         self.done.set()
 
+    async def _wait_for_job(self) -> bool:
+        """Wait for the job to end, or for its timeout to pass: True if the timeout came first
+        (the job is fenced, and goes on until it notices, or returns)."""
+        job = self._job
+        assert job is not None
+        timeout_ms = self.spec.timeout_ms
+        if timeout_ms is None:
+            await asyncio.wait([job])
+            return False
+        loop = asyncio.get_running_loop()
+        self._timed_out = timed_out = loop.create_future()
+        timer = loop.call_later(timeout_ms / 1000, self._time_out)
+        try:
+            await asyncio.wait([job, timed_out], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        return timed_out.done()
+
+    def _time_out(self) -> None:
+        """The job's timeout passed: stop renewing the lease, fence the run (an async job is
+        cancelled; a sync one sees `Run.fenced`), and stop waiting for the job, so the run is
+        recorded failed now and its lease ends with that (no backup takes a timed-out run
+        over). The job's late end is logged, not recorded."""
+        job, timed_out, timeout_ms = self._job, self._timed_out, self.spec.timeout_ms
+        assert job is not None and timed_out is not None and timeout_ms is not None
+        if job.done() or timed_out.done() or self._abandoned:
+            return
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        shown = show_duration(timeout_ms)
+        self._fenced(f"timed out after {shown}", quiet=True)
+        run = self.run
+        if self.spec.is_async:
+            what = "cancelled"
+        else:
+            what = (
+                "its thread goes on until the function returns (run.fenced is True, "
+                "run.ensure_held() raises Fenced)"
+            )
+        recorded = (
+            "recording it failed"
+            if self.store is not None
+            else "the store keeps no run records (no leases), so nothing is recorded"
+        )
+        log.warning(
+            "run %s@%s attempt %s timed out after %s: %s; %s",
+            run.job,
+            run.slot,
+            run.attempt,
+            shown,
+            what,
+            recorded,
+            extra=self._fields(reason="timeout", timeout_ms=timeout_ms),
+        )
+        job.add_done_callback(functools.partial(self._ended_after_timeout, time.monotonic()))
+        timed_out.set_result(None)
+
+    def _ended_after_timeout(self, timed_out_at: float, job: asyncio.Future[Any]) -> None:
+        """A timed-out job has ended: say so (a sync job's thread ran on till now); its result
+        is not recorded, and an exception of it is consumed here, not left unretrieved."""
+        if job.cancelled():
+            ended = "was cancelled"
+        elif (exc := job.exception()) is not None:
+            ended = f"raised {type(exc).__name__}"
+        else:
+            ended = "returned"
+        run = self.run
+        log.log(
+            logging.DEBUG if self.spec.is_async else logging.INFO,
+            "run %s@%s attempt %s, which timed out, %s %.0f ms after its timeout; not recorded",
+            run.job,
+            run.slot,
+            run.attempt,
+            ended,
+            (time.monotonic() - timed_out_at) * 1000,
+            extra=self._fields(),
+        )
+
     def _fields(self, **more: object) -> dict[str, object]:
         """The structured fields of every run log record (`extra=`)."""
         run = self.run
@@ -230,12 +264,19 @@ class Execution:
                 recorded = await store.finish(run.job, run.slot, run.token, status, error)
             except TRANSPORT_ERRORS as exc:
                 self.health.failed("finish", exc)
-                if run.fenced:
+                if run.fenced and not self._still_leased():
                     return False
                 await asyncio.sleep(0.1)
             else:
                 self.health.ok()
                 return recorded
+
+    def _still_leased(self) -> bool:
+        """A run fenced by its timeout still holds its lease until the local deadline: its
+        finish is worth retrying until then, so that no backup takes the run over."""
+        deadline = self.run.deadline
+        timed_out = self._timed_out is not None and self._timed_out.done()
+        return timed_out and deadline is not None and time.monotonic() < deadline
 
     async def _heartbeat(self) -> None:
         """Renew every heartbeat; fence before the store could grant the next attempt (F1)."""
@@ -270,18 +311,21 @@ class Execution:
             run._extend(sent + spec.lease_ms / 1000 - self.margin)
             next_renew = sent + interval
 
-    def _fenced(self, reason: str) -> None:
+    def _fenced(self, reason: str, *, quiet: bool = False) -> None:
+        """Fence the run: log it (unless `quiet`: the caller logs), tell the plugins, cancel an
+        async job."""
         run = self.run
         if not run._fence(reason):
             return
-        log.warning(
-            "run %s@%s attempt %s fenced: %s",
-            run.job,
-            run.slot,
-            run.attempt,
-            reason,
-            extra=self._fields(reason=reason),
-        )
+        if not quiet:
+            log.warning(
+                "run %s@%s attempt %s fenced: %s",
+                run.job,
+                run.slot,
+                run.attempt,
+                reason,
+                extra=self._fields(reason=reason),
+            )
         self.events.run_fenced(
             job=run.job, slot=run.slot, attempt=run.attempt, instance=self.instance, reason=reason
         )

@@ -15,8 +15,9 @@ class Run:
     """The run this instance won: pass it to a job by giving the function a `Run` parameter.
 
     `fenced` turns True once this instance can no longer be sure it holds the lease (F1): a renew
-    was refused, or no renew succeeded before the local deadline. Long sync jobs call
-    `ensure_held()` between steps; async jobs are cancelled when fenced.
+    was refused, or no renew succeeded before the local deadline; and once the job's `timeout`
+    passed (the run is then recorded failed). Long sync jobs call `ensure_held()` between steps;
+    async jobs are cancelled when fenced.
     """
 
     __slots__ = ("_deadline", "_fence_reason", "_lock", "attempt", "job", "slot", "token")

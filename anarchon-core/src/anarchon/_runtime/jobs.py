@@ -13,15 +13,17 @@ from .._capabilities import Capabilities
 from .._claims import MAX_ATTEMPTS, Overlap, parse_overlap
 from .._durations import MAX_LATE_MS, MAX_LEASE_MS, DurationLike, to_ms
 from .._errors import ConfigError, StoreUnavailable
-from .._names import check_name
+from .._names import check_name, shown
 from ..abc import ClaimStore, SupportsJobSetup
 from .catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
 from .cron import Schedule
+from .cron_fields import UTC_NAMES
 from .handle import Run
+from .interval import Interval, JobSchedule
 
 log = logging.getLogger("anarchon.scheduler")
 
-__all__ = ["JobFunction", "JobSpec", "call_job", "fit_to_store", "make_job"]
+__all__ = ["JobFunction", "JobSpec", "call_job", "fit_to_store", "make_job", "parse_schedule"]
 
 JobFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
@@ -32,8 +34,9 @@ MAX_LATE_CAP_MS = 60_000
 @attrs.frozen(kw_only=True)
 class JobSpec:
     name: str
-    schedule: Schedule | None
-    """None for `once()`, which has no schedule of its own."""
+    schedule: JobSchedule | None
+    """A cron `Schedule` or an `Interval` (``every=``); None for `once()`, which has no
+    schedule of its own."""
     func: Callable[..., Any]
     is_async: bool
     takes_run: bool
@@ -45,6 +48,8 @@ class JobSpec:
     attempts: int
     catch_up: CatchUp | None = None
     """What becomes of missed slots (T6); None: the scheduler's default."""
+    timeout_ms: int | None = None
+    """How long a run may take before it is fenced and recorded failed; None: no limit."""
 
 
 def _takes_run(func: Callable[..., Any], name: str) -> bool:
@@ -68,7 +73,7 @@ def _takes_run(func: Callable[..., Any], name: str) -> bool:
 def make_job(
     func: Callable[..., Any],
     *,
-    cron: str,
+    cron: str | None,
     name: str | None,
     tz: str,
     lease: DurationLike | None,
@@ -77,13 +82,16 @@ def make_job(
     attempts: int,
     heartbeat: DurationLike | None,
     catch_up: str | CatchUp | None = None,
+    timeout: DurationLike | None = None,
+    every: DurationLike | None = None,
+    offset: DurationLike | None = None,
 ) -> JobSpec:
     """Validate every setting of a job, naming the job and the setting in the error."""
     job_name = check_name(name if name is not None else getattr(func, "__name__", ""))
     where = f"job {job_name!r}"
     if not callable(func):
         raise ConfigError(f"{where}: {func!r} is not callable")
-    schedule = Schedule.parse(cron, tz)
+    schedule = parse_schedule(where, cron=cron, tz=tz, every=every, offset=offset)
     lease_ms = (
         to_ms(lease, what=f"{where}: lease", most=MAX_LEASE_MS)
         if lease is not None
@@ -121,7 +129,42 @@ def make_job(
         overlap=overlap_value,
         attempts=attempts,
         catch_up=None if catch_up is None else parse_catch_up(catch_up, where=where),
+        timeout_ms=None if timeout is None else to_ms(timeout, what=f"{where}: timeout"),
     )
+
+
+def parse_schedule(
+    where: str,
+    *,
+    cron: str | None,
+    tz: str,
+    every: DurationLike | None,
+    offset: DurationLike | None,
+) -> JobSchedule:
+    """The job's schedule: a cron expression in zone `tz`, or ``every`` (plus ``offset``)
+    aligned to the epoch; exactly one of `cron` and `every`."""
+    if (cron is None) == (every is None):
+        given = "both" if cron is not None else "neither"
+        raise ConfigError(
+            f"{where}: give exactly one of cron and every, got {given}: a cron expression "
+            "like '*/5 * * * *' (slots on the wall clock of zone tz), or every='30s' (slots "
+            "every 30 s from the Unix epoch, optionally shifted by offset='5s')"
+        )
+    if cron is not None:
+        if offset is not None:
+            raise ConfigError(
+                f"{where}: offset={shown(offset)} applies to every= only; a cron expression "
+                "sets its own seconds and minutes (e.g. '15 * * * *' is 15 minutes past each hour)"
+            )
+        return Schedule.parse(cron, tz)
+    if tz not in UTC_NAMES:
+        raise ConfigError(
+            f"{where}: tz={shown(tz)} does not apply to every=: interval slots are aligned to "
+            "the Unix epoch in UTC, with no daylight saving; remove tz, or use a cron "
+            "expression to follow the wall clock of a zone"
+        )
+    assert every is not None
+    return Interval.parse(every, offset, where=where)
 
 
 def call_job(spec: JobSpec, run: Run) -> Any:

@@ -55,6 +55,7 @@ class _Once:
         lease: DurationLike | None,
         max_late: DurationLike | None,
         attempts: int,
+        timeout: DurationLike | None = None,
     ) -> None:
         self.store = store
         self.job = check_name(job)
@@ -69,6 +70,7 @@ class _Once:
         else:  # a period's slot may be claimed all through the period
             self.max_late_ms = self.every_ms if slot is None else 60_000
         self.attempts = attempts
+        self.timeout_ms = to_ms(timeout, what="timeout") if timeout is not None else None
         self._context: AbstractAsyncContextManager[Run | None] | None = None
         self._loop_thread: LoopThread | None = None
 
@@ -134,6 +136,7 @@ class _Once:
                 max_late_ms=self.max_late_ms,
                 overlap=Overlap.ALLOW,
                 attempts=self.attempts,
+                timeout_ms=self.timeout_ms,
             )
             execution = Execution(context, spec=spec, request=request, claim=claim, sent_at=sent_at)
             task = asyncio.create_task(execution())
@@ -224,6 +227,7 @@ class _Once:
             "lease": self.lease_ms,
             "max_late": self.max_late_ms,
             "attempts": self.attempts,
+            "timeout": self.timeout_ms,
         }
 
         if inspect.iscoroutinefunction(func):
@@ -257,6 +261,7 @@ def once(
     lease: DurationLike | None = None,
     max_late: DurationLike | None = None,
     attempts: int = 1,
+    timeout: DurationLike | None = None,
 ) -> _Once:
     """Run a block (or a decorated function) on one instance only, for this slot.
 
@@ -277,7 +282,14 @@ def once(
 
     On lease stores the winner heartbeats while the body runs, and the run is finished as
     succeeded or failed (with the exception text) when it ends; `run.fenced` tells whether the
-    lease was lost. As a decorator of a sync or an async function, the function returns None on
+    lease was lost.
+
+    With `timeout`, a block that runs longer is fenced (`run.fenced` turns True and
+    `run.ensure_held()` raises `Fenced`, "timed out after ..."), and the run is recorded failed
+    (``timeout: ran longer than ...``) at once, its lease over; the block itself is not
+    interrupted, in sync and async code alike: it goes on until it checks, or ends.
+
+    As a decorator of a sync or an async function, the function returns None on
     instances that did not win.
 
     Given a URL, ``async with`` opens the store for the block and closes it after; sync use
@@ -295,4 +307,5 @@ def once(
         lease=lease,
         max_late=max_late,
         attempts=attempts,
+        timeout=timeout,
     )

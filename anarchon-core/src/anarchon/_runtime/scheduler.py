@@ -144,8 +144,10 @@ class Scheduler:
     # -- jobs -----------------------------------------------------------------------------------
     def job(
         self,
-        cron: str,
+        cron: str | None = None,
         *,
+        every: DurationLike | None = None,
+        offset: DurationLike | None = None,
         name: str | None = None,
         tz: str = "UTC",
         lease: DurationLike | None = None,
@@ -154,9 +156,17 @@ class Scheduler:
         attempts: int = 3,
         heartbeat: DurationLike | None = None,
         catch_up: str | CatchUp | None = None,
+        timeout: DurationLike | None = None,
     ) -> Callable[[F], F]:
         """Decorator: run the function at each slot of `cron` (5 fields, or 6 with seconds first)
-        in zone `tz`, on exactly one instance.
+        in zone `tz`, or of the interval `every`, on exactly one instance.
+
+        every: instead of `cron`, an interval of whole seconds (``"30s"``, ``"1h"``, at least
+        1 s) whose slots are aligned to the Unix epoch (``k * every``, UTC), so that every
+        instance computes the same ones; offset: shifts them within the interval (``every="1h",
+        offset="15m"``: 15 minutes past each hour, UTC; from 0 up to `every`). Exactly one of
+        `cron` and `every`; `tz` applies to `cron` only (an interval has no zone and no daylight
+        saving: any zone but UTC is a `ConfigError`).
 
         lease: how long a winner holds the run without renewing (default 60 s, at most a day);
         heartbeat: how often it renews (default lease / 3); max_late: how long after its slot a
@@ -166,13 +176,18 @@ class Scheduler:
         catch_up: what becomes of slots reached late, at start or after a stall (T6):
         ``"latest"`` runs the newest and records the older ones skipped (``coalesced``; the
         scheduler's default unless set), ``"all"`` runs each within max_late one after another,
-        ``"none"`` records them skipped.
+        ``"none"`` records them skipped;
+        timeout: how long a run may take (default no limit): past it, an async job is
+        cancelled, a sync job sees `Run.fenced` (`ensure_held()` raises `Fenced`), and the run
+        is recorded failed (``timeout: ran longer than ...``), its lease over.
         """
 
         def register(func: F) -> F:
             self.add_job(
                 func,
                 cron,
+                every=every,
+                offset=offset,
                 name=name,
                 tz=tz,
                 lease=lease,
@@ -181,17 +196,23 @@ class Scheduler:
                 attempts=attempts,
                 heartbeat=heartbeat,
                 catch_up=catch_up,
+                timeout=timeout,
             )
             return func
 
         return register
 
-    def add_job(self, func: Callable[..., Any], cron: str, **settings: Any) -> JobSpec:
-        """Like `job`, without the decorator; returns the validated job."""
+    def add_job(
+        self, func: Callable[..., Any], cron: str | None = None, **settings: Any
+    ) -> JobSpec:
+        """Like `job`, without the decorator (``add_job(f, "*/5 * * * *")``, ``add_job(f,
+        every="30s")``); returns the validated job."""
         spec = make_job(
             func,
             cron=cron,
             **{
+                "every": None,
+                "offset": None,
                 "name": None,
                 "tz": "UTC",
                 "lease": None,
@@ -200,6 +221,7 @@ class Scheduler:
                 "attempts": 3,
                 "heartbeat": None,
                 "catch_up": None,
+                "timeout": None,
                 **settings,
             },
         )

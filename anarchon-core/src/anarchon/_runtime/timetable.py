@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import attrs
 
 from .catch_up import LATE_RECORDS_MAX, CatchUp
-from .cron import Schedule
+from .interval import JobSchedule
 from .jobs import JobSpec
 
 __all__ = ["LATE_SCAN_MAX", "MIN_PREPARE_LEAD_MS", "Due", "Timetable"]
@@ -58,7 +58,7 @@ class Timetable:
         from the first slot after ``since_ms - max_late`` (T6; catch_up ``none``: after
         ``since_ms``), so the slots that fell due while it waited for the store are decided too."""
         self._jobs = {name: spec for name, spec in jobs.items() if spec.schedule is not None}
-        self._schedules: dict[str, Schedule] = {
+        self._schedules: dict[str, JobSchedule] = {
             name: spec.schedule for name, spec in self._jobs.items() if spec.schedule is not None
         }
         self._skew_ms = clock_skew_ms

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import __version__
 from .._errors import AnarchonError
-from .._runtime.cron import Schedule
+from .._runtime.interval import JobSchedule
 from .._urls import StoreURL, redact
 from ..abc import ClaimStore
 from ._view import LEGEND, DashboardView, read_view
@@ -38,7 +38,7 @@ class DashboardSettings:
     """The store, shown on the page with its credentials hidden."""
     jobs: tuple[str, ...] = ()
     """Show only these jobs (``--job``); empty: the app's jobs and every job the store lists."""
-    schedules: Mapping[str, Schedule] = attrs.field(factory=dict)
+    schedules: Mapping[str, JobSchedule] = attrs.field(factory=dict)
     """The jobs' crons (from ``--app``), for their next slots; a job without one shows
     "schedule unknown"."""
     refresh_ms: int = 5_000

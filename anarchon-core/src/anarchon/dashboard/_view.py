@@ -12,7 +12,7 @@ import attrs
 
 from .._claims import MAX_SLOT_MS, skip_kind
 from .._runs import DamagedRun, RunRecord, RunStatus
-from .._runtime.cron import Schedule
+from .._runtime.interval import JobSchedule
 from .._urls import StoreURL, redact
 from ..abc import ClaimStore, SupportsJobList
 from ..cli._inspect import DAMAGED, _iso, in_slot_order
@@ -80,7 +80,8 @@ class NextSlot:
 class JobView:
     name: str
     schedule: str | None
-    """``*/5 * * * * (Europe/Paris)``, or None: the schedule is unknown (no ``--app``)."""
+    """``*/5 * * * * (Europe/Paris)``, ``every 30s`` or ``every 1h offset 15m``, or None: the
+    schedule is unknown (no ``--app``)."""
     next_slots: tuple[NextSlot, ...]
     cells: tuple[Cell, ...]
     """Oldest slot first, so the timeline reads left to right."""
@@ -162,7 +163,7 @@ def _cell(record: RunRecord | DamagedRun) -> Cell:
     )
 
 
-def _next_slots(schedule: Schedule, now_ms: int) -> tuple[NextSlot, ...]:
+def _next_slots(schedule: JobSchedule, now_ms: int) -> tuple[NextSlot, ...]:
     if now_ms >= MAX_SLOT_MS:
         return ()
     shown = []
@@ -208,8 +209,9 @@ def _errors(snapshot: Snapshot) -> tuple[ErrorLine, ...]:
     return tuple(line for _, line in found[:_MAX_ERRORS])
 
 
-def build_view(snapshot: Snapshot, schedules: Mapping[str, Schedule]) -> DashboardView:
-    """Arrange a `Snapshot` for the page; `schedules` are the jobs' crons known from ``--app``."""
+def build_view(snapshot: Snapshot, schedules: Mapping[str, JobSchedule]) -> DashboardView:
+    """Arrange a `Snapshot` for the page; `schedules` are the jobs' schedules (cron or
+    ``every``) known from ``--app``."""
     jobs = []
     for job in snapshot.jobs:
         schedule = schedules.get(job.job)
@@ -217,7 +219,7 @@ def build_view(snapshot: Snapshot, schedules: Mapping[str, Schedule]) -> Dashboa
         jobs.append(
             JobView(
                 name=job.job,
-                schedule=None if schedule is None else f"{schedule.expression} ({schedule.tz})",
+                schedule=None if schedule is None else schedule.text,
                 next_slots=() if schedule is None else _next_slots(schedule, snapshot.now_ms),
                 cells=tuple(_cell(entry) for entry in reversed(entries)),
                 counts=tuple(job.counts.items()),
@@ -238,7 +240,7 @@ async def read_view(
     url: StoreURL,
     *,
     jobs: Sequence[str],
-    schedules: Mapping[str, Schedule],
+    schedules: Mapping[str, JobSchedule],
     slots: int,
 ) -> DashboardView:
     """Read the store once and arrange it: the jobs named in `jobs` and in `schedules`, or, when

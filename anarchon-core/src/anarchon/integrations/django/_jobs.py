@@ -40,6 +40,9 @@ _DEFAULTS: Mapping[str, Any] = {
     "attempts": 3,
     "heartbeat": None,
     "catch_up": None,
+    "timeout": None,
+    "every": None,
+    "offset": None,
 }
 
 
@@ -48,7 +51,8 @@ class DeclaredJob:
     """A job as declared with ``@scheduler.job(...)``, checked but not yet scheduled."""
 
     func: Callable[..., Any]
-    cron: str
+    cron: str | None
+    """The cron expression; None for an interval job (``every=`` in `settings`)."""
     settings: Mapping[str, Any]
     """The keyword arguments of the declaration (`anarchon.Scheduler.job`'s)."""
     where: str
@@ -119,8 +123,11 @@ class ProjectScheduler:
 
     def job(
         self,
-        cron: str,
+        cron: str | None = None,
         *,
+        every: DurationLike | None = None,
+        offset: DurationLike | None = None,
+        timeout: DurationLike | None = None,
         name: str | None = None,
         tz: str = "UTC",
         lease: DurationLike | None = None,
@@ -130,13 +137,17 @@ class ProjectScheduler:
         heartbeat: DurationLike | None = None,
         catch_up: str | CatchUp | None = None,
     ) -> Callable[[F], F]:
-        """Decorator: run the function at each slot of `cron` on exactly one process of the
-        project. The settings are `anarchon.Scheduler.job`'s; the function is returned as is."""
+        """Decorator: run the function at each slot of `cron` (or `every` interval) on exactly
+        one process of the project. The settings are `anarchon.Scheduler.job`'s; the function is
+        returned as is."""
 
         def declare(func: F) -> F:
             self.add_job(
                 func,
                 cron,
+                every=every,
+                offset=offset,
+                timeout=timeout,
                 name=name,
                 tz=tz,
                 lease=lease,
@@ -150,7 +161,9 @@ class ProjectScheduler:
 
         return declare
 
-    def add_job(self, func: Callable[..., Any], cron: str, **settings: Any) -> DeclaredJob:
+    def add_job(
+        self, func: Callable[..., Any], cron: str | None = None, **settings: Any
+    ) -> DeclaredJob:
         """Like `job`, without the decorator. A problem is kept for the system checks (and
         raised by `get`), not raised here; after `get` it is raised at once."""
         where = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)!s}"
