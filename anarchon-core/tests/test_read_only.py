@@ -137,10 +137,12 @@ async def test_memory_is_set_up_by_open_per_prefix_and_reading_writes_nothing() 
 
 
 def test_status_of_memory_says_it_lives_in_another_process() -> None:
-    result = invoke("status", "memory://elsewhere", "--once")
+    # The CLI runs in this process here: a name no other test uses stands for another process.
+    url = f"memory://elsewhere-{uuid.uuid4().hex[:8]}"
+    result = invoke("status", url, "--once")
     assert result.exit_code == EXIT_STORE_NOT_SET_UP == 5, result.output
     assert "memory:// stores live inside one process" in result.stderr
-    assert result.stderr.startswith("anarchon: error: memory://elsewhere holds no anarchon data")
+    assert result.stderr.startswith(f"anarchon: error: {url} holds no anarchon data")
 
 
 # -- the CLI on SQLite files ------------------------------------------------------------------

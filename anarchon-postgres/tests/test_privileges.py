@@ -59,7 +59,9 @@ async def test_no_usage_on_the_schema_of_existing_tables(schema: str, role: str)
     assert f"PostgreSQL user '{role}' lacks privileges anarchon needs: USAGE on schema " in message
     assert f"SELECT, INSERT, UPDATE, DELETE on table {schema}.anarchon_runs;" in message
     assert f"SELECT, INSERT, UPDATE on table {schema}.anarchon_runs_jobs;" in message
-    assert f"SELECT on table {schema}.anarchon_runs_schema." in message
+    assert f"SELECT on table {schema}.anarchon_runs_schema;" in message
+    assert f"SELECT, INSERT, UPDATE, DELETE on table {schema}.anarchon_runs_pauses;" in message
+    assert f"SELECT, INSERT, DELETE on table {schema}.anarchon_runs_triggers." in message
     # EXECUTE on functions is granted to PUBLIC by default: not missing.
     assert "EXECUTE on function" not in message.split("run:")[0]
     assert f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"' in message
@@ -72,6 +74,8 @@ async def test_no_usage_on_the_schema_of_existing_tables(schema: str, role: str)
         ("REVOKE UPDATE ON {s}.anarchon_runs_jobs FROM {r}", "UPDATE on table {s}.anarchon_runs_jobs."),
         ("REVOKE DELETE ON {s}.anarchon_runs FROM {r}", "DELETE on table {s}.anarchon_runs."),
         ("REVOKE SELECT ON {s}.anarchon_runs_schema FROM {r}", "SELECT on table {s}.anarchon_runs_schema."),
+        ("REVOKE SELECT ON {s}.anarchon_runs_pauses FROM {r}", "SELECT on table {s}.anarchon_runs_pauses."),
+        ("REVOKE INSERT ON {s}.anarchon_runs_triggers FROM {r}", "INSERT on table {s}.anarchon_runs_triggers."),
         (
             "REVOKE EXECUTE ON FUNCTION {s}.anarchon_runs_claim FROM PUBLIC, {r}",
             "EXECUTE on function {s}.anarchon_runs_claim.",
@@ -81,7 +85,16 @@ async def test_no_usage_on_the_schema_of_existing_tables(schema: str, role: str)
             "EXECUTE on function {s}.anarchon_runs_claim_many.",
         ),
     ],
-    ids=["insert", "update-jobs", "delete", "select-version", "execute", "execute-many"],
+    ids=[
+        "insert",
+        "update-jobs",
+        "delete",
+        "select-version",
+        "select-pauses",
+        "insert-triggers",
+        "execute",
+        "execute-many",
+    ],
 )  # fmt: skip
 async def test_one_missing_table_privilege_is_named(
     schema: str, role: str, revoke: str, expected: str

@@ -35,7 +35,13 @@ from anarchon_test_support.waiting import eventually
 from .conftest import POSTGRES_URL, admin, as_role, url_with
 from .pgbouncer import PgBouncer
 
-TABLES = ("anarchon_runs", "anarchon_runs_jobs", "anarchon_runs_schema")
+TABLES = (
+    "anarchon_runs",
+    "anarchon_runs_jobs",
+    "anarchon_runs_schema",
+    "anarchon_runs_pauses",
+    "anarchon_runs_triggers",
+)
 
 
 DOCS = Path(__file__).parents[2] / "docs" / "backends" / "postgresql.md"
@@ -323,9 +329,10 @@ async def test_R1_a_reader_without_a_right_is_given_the_grants_that_fix_it(
     await store.close()
     message = str(info.value)
     assert f"PostgreSQL user '{role}' cannot read the anarchon tables" in message
-    lacking = [f"SELECT on table {schema}.{t}" for t in TABLES[:2]]
+    shown = TABLES if not usage else [t for t in TABLES if t != "anarchon_runs_schema"]
+    lacking = [f"SELECT on table {schema}.{t}" for t in shown]
     if not usage:
-        lacking = [f"USAGE on schema {schema}", *lacking, f"SELECT on table {schema}.{TABLES[2]}"]
+        lacking = [f"USAGE on schema {schema}", *lacking]
     assert f"it lacks {'; '.join(lacking)}. As the" in message
     # The statements the message gives are enough.
     admin(*message.split("run: ", 1)[1].split("; "))

@@ -1,5 +1,6 @@
 """The ACL permissions the docs list (docs/backends/redis.md, "ACL permissions") are enough for
-every strategy: a user restricted to them claims, batches, renews, finishes and reads history."""
+every strategy: a user restricted to them claims, batches, renews, finishes and reads history,
+and pauses, resumes and triggers where the strategy can (lease, script)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from urllib.parse import urlsplit
 import pytest
 
 import anarchon
-from anarchon import LeaseStore, Outcome, RunStatus, SupportsClaimMany
+from anarchon import (
+    LeaseStore,
+    Outcome,
+    RunStatus,
+    SupportsClaimMany,
+    SupportsPause,
+    SupportsTrigger,
+)
 from anarchon_redis._strategies.idmp import IDMP
 from anarchon_redis._strategies.lease import LEASE
 from anarchon_redis._strategies.script import WINDOW
@@ -79,6 +87,15 @@ async def test_documented_acl_is_enough(
                 script = {"lease": LEASE, "script": WINDOW, "idmp": IDMP}[strategy]
                 await env.raw.function_delete(script.function)
             assert (await store.claim(env.request("after", slot))).won
+            if isinstance(store, SupportsPause) and isinstance(store, SupportsTrigger):
+                pause = await store.pause("paused", reason="freeze", by="ops")
+                assert await store.pauses() == [pause]
+                paused = await store.claim(env.request("paused", slot))
+                assert paused.outcome is Outcome.SKIPPED
+                assert await store.resume("paused")
+                trigger = await store.trigger("job")
+                assert await store.triggers(0) == [trigger]
+                assert (await store.claim(env.request("job", trigger.slot))).won
             assert store.strategy.functions is functions  # type: ignore[attr-defined]
         finally:
             await store.close()

@@ -27,7 +27,9 @@ from anarchon import (
     StoreNotSetUp,
     SupportsJobList,
     SupportsJobSetup,
+    SupportsPause,
     SupportsReadOnly,
+    SupportsTrigger,
 )
 from anarchon_redis import testing
 
@@ -191,10 +193,14 @@ async def test_R1_history_and_status_as_a_read_only_acl_user(
 ) -> None:
     """The docs' monitoring user (reads only, on the prefix's keys) runs ``anarchon history``
     and ``anarchon status``: they show the runs, never print the password, and every key under
-    the prefix is byte for byte the same afterwards. On an unused prefix they say where they
-    looked."""
+    the prefix is byte for byte the same afterwards; where the strategy pauses and triggers, it
+    reads the pauses and triggers too. On an unused prefix they say where they looked."""
     env = await env_on(server)
     slot = await claims_and_finishes(env, strategy, ["one", "two"])
+    writer = await env.store(strategy)
+    control: list[Any] = []
+    if isinstance(writer, SupportsPause) and isinstance(writer, SupportsTrigger):
+        control = [await writer.pause("two", reason="freeze"), await writer.trigger("one")]
     before = await keyspace(env.url, env.prefix)
     user, password = "monitor-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
     rules = monitoring_acl()
@@ -222,6 +228,14 @@ async def test_R1_history_and_status_as_a_read_only_acl_user(
         shown = json.loads(out)
         assert [job["job"] for job in shown["jobs"]] == ["one", "two"]
         assert [job["latest"][0]["slot_ms"] for job in shown["jobs"]] == [slot, slot]
+        assert await keyspace(env.url, env.prefix) == before
+
+        async with anarchon.connect(url, read_only=True) as store:
+            if control:
+                assert await store.pauses() == control[:1]
+                assert await store.triggers(0) == control[1:]
+            else:
+                assert not isinstance(store, SupportsPause | SupportsTrigger)
         assert await keyspace(env.url, env.prefix) == before
 
         unused = url.replace(f"prefix={env.prefix}", f"prefix={env.prefix}-unused")

@@ -36,6 +36,8 @@ async def test_connect_by_url_and_capabilities(tmp_path: Path) -> None:
             store_clock=True,
             skips=True,
             batch=True,
+            pause=True,
+            trigger=True,
             remembers_ms=None,
         )
         now = await store.now_ms()

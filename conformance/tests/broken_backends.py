@@ -20,6 +20,7 @@ from anarchon import (
     RunRecord,
     RunStatus,
     StoreNotSetUp,
+    Trigger,
 )
 from anarchon.backend import early_claim_error
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness
@@ -175,6 +176,50 @@ class SetsUpWhenReadOnly(MemoryStore):
             raise StoreNotSetUp(f"nothing under prefix {self.options.prefix!r} yet")
 
 
+class IgnoresPause(MemoryStore):
+    """Breaks P1: says pause=True and keeps pauses, but its claim never reads them, as a backend
+    that checks the pause outside the claim's atomic step (or not at all) would."""
+
+    def _claim_locked(self, request: ClaimRequest, now: int) -> Claim:
+        key = (self.options.prefix, request.job)
+        pause = self._ns.pauses.pop(key, None)
+        try:
+            return super()._claim_locked(request, now)
+        finally:
+            if pause is not None:
+                self._ns.pauses[key] = pause
+
+
+class WrongTriggerSlot(MemoryStore):
+    """A trigger that writes `ad_hoc_slot(trigger)` as its slot instead of the one it chose."""
+
+    def ad_hoc_slot(self, trigger: Trigger) -> int:
+        return trigger.slot
+
+    async def trigger(self, job: str, *, reason: str = "", by: str = "") -> Trigger:
+        chosen = await super().trigger(job, reason=reason, by=by)
+        wrong = attrs.evolve(chosen, slot=self.ad_hoc_slot(chosen))
+        with self._ns.lock:
+            listed = self._ns.triggers[self.options.prefix]
+            listed[listed.index(chosen)] = wrong
+        return wrong
+
+
+class TriggersOnTheSecond(WrongTriggerSlot):
+    """Breaks X1: a trigger's slot is the current whole second, a scheduled slot."""
+
+    def ad_hoc_slot(self, trigger: Trigger) -> int:
+        return trigger.requested_at - trigger.requested_at % 1000
+
+
+class TriggersShareSlots(WrongTriggerSlot):
+    """Breaks X1: a trigger's slot is one ms past its second, the same for every trigger of the
+    job written in that second (off the whole second, but not unique)."""
+
+    def ad_hoc_slot(self, trigger: Trigger) -> int:
+        return trigger.requested_at - trigger.requested_at % 1000 + 1
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -295,3 +340,15 @@ class FinishNotIdempotentHarness(BrokenHarness):
 
 class SetsUpWhenReadOnlyHarness(BrokenHarness):
     store_class = SetsUpWhenReadOnly
+
+
+class IgnoresPauseHarness(BrokenHarness):
+    store_class = IgnoresPause
+
+
+class TriggersOnTheSecondHarness(BrokenHarness):
+    store_class = TriggersOnTheSecond
+
+
+class TriggersShareSlotsHarness(BrokenHarness):
+    store_class = TriggersShareSlots

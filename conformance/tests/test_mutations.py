@@ -35,6 +35,9 @@ BROKEN = {
     "broken_backends:AcceptsEarlyClaimsLongHarness": "C5",
     "broken_backends:FinishNotIdempotentHarness": "L8",
     "broken_backends:SetsUpWhenReadOnlyHarness": "R1",
+    "broken_backends:IgnoresPauseHarness": "P1",
+    "broken_backends:TriggersOnTheSecondHarness": "X1",
+    "broken_backends:TriggersShareSlotsHarness": "X1",
     # A lease store with no clock of its own, broken four ways (the outsider's etcd variants).
     "clockless_store:YesManHarness": "C1",
     "clockless_store:AmnesiacHarness": "T3",

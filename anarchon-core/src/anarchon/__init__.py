@@ -23,6 +23,7 @@ from ._claims import (
     fencing_token,
     new_token,
 )
+from ._control import Pause, Trigger
 from ._durations import to_ms
 from ._errors import (
     AnarchonError,
@@ -42,8 +43,10 @@ from .abc import (
     SupportsClaimMany,
     SupportsJobList,
     SupportsJobSetup,
+    SupportsPause,
     SupportsPrepare,
     SupportsReadOnly,
+    SupportsTrigger,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +114,7 @@ __all__ = [
     "MemoryStore",
     "Outcome",
     "Overlap",
+    "Pause",
     "Run",
     "RunRecord",
     "RunStatus",
@@ -125,8 +129,11 @@ __all__ = [
     "SupportsClaimMany",
     "SupportsJobList",
     "SupportsJobSetup",
+    "SupportsPause",
     "SupportsPrepare",
     "SupportsReadOnly",
+    "SupportsTrigger",
+    "Trigger",
     "__version__",
     "check_name",
     "connect",

@@ -34,6 +34,12 @@ class Capabilities:
     the slot (nobody can win it) but later claims see only that someone else did (`lost`)."""
     batch: bool = False
     """The store implements `SupportsClaimMany`: many jobs of one slot in one round trip."""
+    pause: bool = False
+    """The store implements `SupportsPause` and its claim keeps rule P1: a paused job's new
+    slots are decided ``skipped: paused`` in the claim's own atomic step."""
+    trigger: bool = False
+    """The store implements `SupportsTrigger` (rule X1): a run asked for now is written to the
+    store, every instance finds it, and exactly one wins its ad-hoc slot."""
     remembers_ms: int | None = None
     """How long the store knows a run after its slot; None means it never forgets one it could
     still be asked about (lease backends keep a floor below which every slot is late, L11)."""

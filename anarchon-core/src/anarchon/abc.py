@@ -16,6 +16,7 @@ from typing_extensions import Self
 
 from ._capabilities import Capabilities
 from ._claims import Claim, ClaimRequest
+from ._control import Pause, Trigger
 from ._runs import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -28,8 +29,10 @@ __all__ = [
     "SupportsClaimMany",
     "SupportsJobList",
     "SupportsJobSetup",
+    "SupportsPause",
     "SupportsPrepare",
     "SupportsReadOnly",
+    "SupportsTrigger",
 ]
 
 
@@ -240,4 +243,54 @@ class SupportsReadOnly(Protocol):
         stream, queue, key or setting. `StoreNotSetUp` when the store holds no anarchon data
         under these options (naming where it looked and the options that choose the place);
         `StoreUnavailable` and `ConfigError` as for `open`."""
+        ...
+
+
+@runtime_checkable
+class SupportsPause(Protocol):
+    """Optional: pause and resume a job for every instance at once (rule **P1**), where
+    `capabilities.pause` is True.
+
+    P1: while a job is paused (a pause is stored and, by the store's clock, before its
+    `until_ms`), a claim of a slot that has no run yet answers `skipped` and records the skip
+    with the reason ``paused`` (``paused: <the pause's reason>`` when it has one) in the same
+    atomic step (S1), whatever the request says; so no instance can start a paused job,
+    whatever its view of the world. Runs made before the pause are unaffected: renew, finish,
+    release and takeovers (L4) go on. After `resume` (or `until_ms`), claims answer as if there
+    had been no pause; slots already decided stay decided."""
+
+    async def pause(
+        self, job: str, *, until_ms: int | None = None, reason: str = "", by: str = ""
+    ) -> Pause:
+        """Pause `job` (replacing any pause of it) until `until_ms` (epoch ms) or `resume`."""
+        ...
+
+    async def resume(self, job: str) -> bool:
+        """End the pause of `job`; False if it was not paused."""
+        ...
+
+    async def pauses(self) -> list[Pause]:
+        """The pauses in force (not ended by `until_ms`), sorted by job. Works on a store
+        opened read-only (R1)."""
+        ...
+
+
+@runtime_checkable
+class SupportsTrigger(Protocol):
+    """Optional: run a job now, once, on one instance (rule **X1**), where
+    `capabilities.trigger` is True.
+
+    X1: `trigger` writes a `Trigger` whose ad-hoc slot is the store's time of the call, never on
+    a whole second (so never a scheduled slot), distinct from every other trigger of the job;
+    `triggers` lists it to every instance for at least `capabilities.remembers_ms` (or a day
+    where that is None). The runs of triggered slots are claimed, leased, fenced, taken over and
+    recorded exactly as scheduled ones (C1-C5, L1-L11), so one instance wins each."""
+
+    async def trigger(self, job: str, *, reason: str = "", by: str = "") -> Trigger:
+        """Ask for a run of `job` now; the returned trigger names its slot."""
+        ...
+
+    async def triggers(self, since_ms: int) -> list[Trigger]:
+        """Triggers written at or after `since_ms` (epoch ms), oldest first. Works on a store
+        opened read-only (R1)."""
         ...

@@ -35,19 +35,23 @@ from ._names import Names
 
 __all__ = [
     "FUNCTIONS_VERSION",
+    "PAUSE_BODY_VERSION",
     "Function",
     "create_functions",
     "functions_found",
     "install",
+    "keep_pauses",
     "signatures",
     "warn_not_owned",
 ]
 
 log = logging.getLogger("anarchon.postgres")
 
-FUNCTIONS_VERSION = 3
+FUNCTIONS_VERSION = 4
 """The version of this release's function bodies. Bump it whenever a body changes (a test
 compares the bodies with the digest recorded for each version)."""
+PAUSE_BODY_VERSION = 4
+"""The first body version whose claims keep P1 (read the job's pause)."""
 
 _COMMENT = "anarchon-postgres claim function, body version {}"
 _VERSION_IN_COMMENT = re.compile(r"body version (\d+)$")
@@ -135,6 +139,14 @@ async def install(
         await conn.execute(
             sql.SQL("COMMENT ON FUNCTION {}({}) IS {}").format(quoted, sql.SQL(types), comment)
         )
+
+
+def keep_pauses(found: list[Function] | None) -> bool:
+    """Whether the claim functions keep P1 once `install` has run on `found` (None: both were
+    created or replaced): an older body stays only where the current user does not own it."""
+    return found is None or all(
+        not f.exists or f.owned or f.version >= PAUSE_BODY_VERSION for f in found
+    )
 
 
 def warn_not_owned(found: list[Function], names: Names) -> None:

@@ -25,8 +25,10 @@ one argument beside it (free text, NULL for a claim that means to run). The step
    ``INSERT ... ON CONFLICT DO NOTHING``, whose condition is also the overlap check: the usual
    win is that one statement. Otherwise the run is read ``FOR UPDATE``: present, it is decided as
    `anarchon.backend.decide_claim` does, in SQL: takeover, interrupted, or nothing; absent, L1
-   decides in its order: forgotten (``late``, nothing written), late, the skip reason, overlap
-   (one more seek names the slot holding the lease), each a skip record written here.
+   decides in its order: forgotten (``late``, nothing written), late, the job's pause (P1: the
+   INSERT's condition probes the pause's key, and a skip reads the pause's reason), the skip
+   reason, overlap (one more seek names the slot holding the lease), each a skip record written
+   here.
 3. **Retention (L11)**, after a new run or skip record only, bounded to `SWEEP_MAX_ROWS`
    deletions per claim.
 
@@ -50,6 +52,8 @@ from ._plpgsql import (
     answer,
     late_reason,
     overlap_reason,
+    pause_reason,
+    paused,
     run_answer,
     source,
     sweep_job,
@@ -119,6 +123,8 @@ _ANSWERS = {
     ),
     "late_reason": late_reason("v_now - v_slot", "a[5]::bigint"),
     "overlap_reason": overlap_reason("x.slot"),
+    "pause_reason": pause_reason("z."),
+    "paused": paused("z.", "a[1]", "a[2]", "v_now"),
 }
 
 
@@ -131,6 +137,7 @@ def create_function(names: Names) -> sql.Composed:
         claim=names.claim,
         runs=names.runs,
         jobs=names.jobs,
+        pauses=names.pauses,
         sweep=sql.Literal(SWEEP_MAX_ROWS),
         sweeps_now=sweeps_now("a[2]", "v_slot", "a[11]::integer"),
         **{name: sql.SQL(expression) for name, expression in _ANSWERS.items()},

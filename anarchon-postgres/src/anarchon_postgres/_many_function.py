@@ -12,11 +12,11 @@ Its text is ``_sql/claim_many.sql``; this module fills in its names, answers and
    single claim locks one row. A job never claimed before has no row to lock: the function then
    claims nothing for the pending requests and names those jobs; the store inserts their rows in
    a statement of their own (in the same order) and sends the batch again.
-3. **One INSERT** of every claimable run the read found absent (floor, lateness, no skip reason,
-   overlap), with no probe for the run: should another claim have written it between the read
+3. **One INSERT** of every claimable run the read found absent (floor, lateness, no pause (P1:
+   one probe of its key per request), no skip reason, overlap), with no probe for the run: should another claim have written it between the read
    and the lock, the unique index refuses it and the INSERT is made again with the probe.
 4. Unless every pending request won there, **one INSERT of the skip records** L1 decides (S1:
-   late, the skip reason, overlap naming the slot that holds the lease), then every pending
+   late, the job's pause (P1), the skip reason, overlap naming the slot that holds the lease), then every pending
    request's run is read once more: one just written answers from that read (won, skipped), as
    does one another claim wrote between the read and the lock; what still needs a decision (an
    expired lease, a forgotten slot, an overlap whose lease ended meanwhile) goes to the claim
@@ -44,6 +44,8 @@ from ._plpgsql import (
     SWEEP_MAX_ROWS,
     late_reason,
     overlap_reason,
+    pause_reason,
+    paused,
     run_answer,
     source,
     sweep_job,
@@ -62,6 +64,8 @@ _ANSWERS = {
     "answer_run": run_answer("r.", "q.token"),
     "late_reason": late_reason("v_now - p_slot", "p_max_late_ms[q.policy]"),
     "overlap_reason": overlap_reason("o.slot"),
+    "pause_reason": pause_reason("z."),
+    "paused": paused("z.", "p_prefix", "q.job", "v_now"),
 }
 """The claim function's answers and reasons (see `_function`), for the requests this function
 decides itself."""
@@ -76,6 +80,7 @@ def create_many_function(names: Names) -> sql.Composed:
         claim_many=names.claim_many,
         runs=names.runs,
         jobs=names.jobs,
+        pauses=names.pauses,
         claim=names.claim,
         sweep=sql.Literal(SWEEP_MAX_ROWS),
         sweeps_now=sweeps_now("w.job", "p_slot", "p_history_limit"),

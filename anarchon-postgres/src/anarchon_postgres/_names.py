@@ -11,7 +11,8 @@ __all__ = ["Names"]
 @attrs.frozen
 class Names:
     """``<schema>.<table>`` (runs), ``<table>_jobs`` (one row per job: the claim lock and the
-    L11 floor), ``<table>_schema`` (the schema version) and the functions ``<table>_claim`` and
+    L11 floor), ``<table>_schema`` (the schema version), the control tables ``<table>_pauses``
+    (P1) and ``<table>_triggers`` (X1), and the functions ``<table>_claim`` and
     ``<table>_claim_many``."""
 
     schema: str
@@ -24,6 +25,23 @@ class Names:
     @property
     def version_table(self) -> str:
         return f"{self.table}_schema"
+
+    @property
+    def pauses_table(self) -> str:
+        return f"{self.table}_pauses"
+
+    @property
+    def triggers_table(self) -> str:
+        return f"{self.table}_triggers"
+
+    @property
+    def control_tables(self) -> tuple[str, str]:
+        """The tables of pause and trigger, which a schema made before them lacks."""
+        return (self.pauses_table, self.triggers_table)
+
+    @property
+    def all_tables(self) -> tuple[str, ...]:
+        return (*self.tables, *self.control_tables)
 
     @property
     def function(self) -> str:
@@ -52,6 +70,14 @@ class Names:
     @property
     def version(self) -> sql.Identifier:
         return sql.Identifier(self.schema, self.version_table)
+
+    @property
+    def pauses(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.pauses_table)
+
+    @property
+    def triggers(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.triggers_table)
 
     @property
     def claim(self) -> sql.Identifier:

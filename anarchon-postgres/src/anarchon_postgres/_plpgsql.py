@@ -1,6 +1,7 @@
 """What both claim functions' bodies share: the loading of their text from ``_sql/``, the answer
 they print, the reasons of the skips they record (the texts of `anarchon.backend.late_reason`
-and `overlap_reason`, to the character), the retention sweep, the lock timeout.
+and `overlap_reason`, to the character, and a pause's, P1), the retention sweep, the lock
+timeout.
 
 The bodies are ``.sql`` files beside the code (``_sql/claim.sql``, ``_sql/claim_many.sql``, and
 ``_sql/sweep.sql`` which both include), as the Redis backend keeps its ``.lua``. Their
@@ -17,7 +18,7 @@ from importlib.resources import files
 
 from psycopg import sql
 
-from anarchon.backend import SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
+from anarchon.backend import PAUSED, SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
 
 __all__ = [
     "ANSWER_FIELDS",
@@ -26,6 +27,8 @@ __all__ = [
     "late_reason",
     "lock_timeout_setting",
     "overlap_reason",
+    "pause_reason",
+    "paused",
     "run_answer",
     "source",
     "sweep_job",
@@ -55,6 +58,21 @@ def overlap_reason(holding_slot: str) -> str:
     return (
         "format('overlap: slot %s of this job holds a live lease and overlap is ''skip''', "
         f"{holding_slot})"
+    )
+
+
+def pause_reason(pause: str) -> str:
+    """SQL for the reason P1 records for a paused job's slot: ``paused``, or ``paused: `` and the
+    pause's reason; `pause` qualifies the pause's columns (``z.``)."""
+    return f"CASE WHEN {pause}reason = '' THEN '{PAUSED}' ELSE '{PAUSED}: ' || {pause}reason END"
+
+
+def paused(pause: str, prefix: str, job: str, now: str) -> str:
+    """SQL condition on a row of the pauses table (`pause` qualifies its columns): the pause of
+    (`prefix`, `job`) in force at `now` (SQL expressions). Its key is (prefix, job): one probe."""
+    return (
+        f"{pause}prefix = {prefix} AND {pause}job = {job} "
+        f"AND ({pause}until_ms IS NULL OR {pause}until_ms > {now})"
     )
 
 

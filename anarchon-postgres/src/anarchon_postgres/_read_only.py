@@ -3,8 +3,10 @@
 `check_readable` looks for the schema, then anarchon's tables in it, then checks the current
 user's rights by OID, the tables' columns and the schema version: every step a ``SELECT``, with no
 lock, ``SET``, function of ours or transaction of its own. The claim functions are not looked at:
-reading needs none of them. Reads after it (`history`, `jobs`, `now_ms`) are plain ``SELECT``s
-too, so ``USAGE`` on the schema and ``SELECT`` on the three tables are all a user needs.
+reading needs none of them. Reads after it (`history`, `jobs`, `now_ms`, `pauses`, `triggers`)
+are plain ``SELECT``s too, so ``USAGE`` on the schema and ``SELECT`` on the tables are all a user
+needs. A schema made before the control tables (pauses, triggers) is read without them: it has
+no pause and no trigger.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ __all__ = ["check_readable", "read_grants"]
 
 def read_grants(names: Names, role: str) -> list[str]:
     """The ``GRANT`` statements that let `role` read a store whose objects exist, and nothing
-    more: ``USAGE`` on the schema and ``SELECT`` on the runs, jobs and version tables."""
+    more: ``USAGE`` on the schema and ``SELECT`` on the runs, jobs, version, pauses and triggers
+    tables."""
     schema = _quote(names.schema)
-    tables = ", ".join(f"{schema}.{_quote(t)}" for t in names.tables)
+    tables = ", ".join(f"{schema}.{_quote(t)}" for t in names.all_tables)
     return [
         f"GRANT USAGE ON SCHEMA {schema} TO {_quote(role)}",
         f"GRANT SELECT ON {tables} TO {_quote(role)}",
@@ -50,22 +53,23 @@ def _not_set_up(names: Names, where: str, what: str) -> StoreNotSetUp:
 
 async def check_readable(
     conn: AsyncConnection[tuple[object, ...]], names: Names, where: str
-) -> None:
+) -> bool:
     """Raise unless `conn`'s user can read anarchon's tables under `names`: `StoreNotSetUp` when
     the schema or the tables do not exist, `ConfigError` (with the ``GRANT`` statements) when
-    the user lacks a right, `StoreCorrupt` when the tables are not anarchon's or are newer."""
-    cur = await conn.execute(_PLACE, (list(names.tables), names.schema))
+    the user lacks a right, `StoreCorrupt` when the tables are not anarchon's or are newer.
+    Returns whether the control tables exist (a schema made before them has none)."""
+    cur = await conn.execute(_PLACE, (list(names.all_tables), names.schema))
     row = await cur.fetchone()
     assert row is not None  # one row whatever the schema
     role, schema_exists, usage, readable = row
     assert isinstance(readable, dict)
     if not schema_exists:
         raise _not_set_up(names, where, f"schema {names.schema} does not exist")
-    if not readable:
+    if not any(t in readable for t in names.tables):
         raise _not_set_up(names, where, f"schema {names.schema} has no table {names.table}")
     missing = [] if usage else [f"USAGE on schema {names.schema}"]
     missing.extend(
-        f"SELECT on table {names.shown(t)}" for t in names.tables if readable.get(t) is False
+        f"SELECT on table {names.shown(t)}" for t in names.all_tables if readable.get(t) is False
     )
     if missing:
         raise ConfigError(
@@ -76,3 +80,4 @@ async def check_readable(
     # Tables of other names, or only some of ours, are not a store to read: as `open` says.
     _verify_tables(await _catalog(conn, names), names)
     await _version(conn, names)
+    return all(t in readable for t in names.control_tables)

@@ -8,6 +8,12 @@ start at once), looks again, and creates what is missing, migrates an older vers
 replaces function bodies older than this release's. Tables that exist but are not ours (a missing
 or unknown column, a newer version, some tables without the others) are never touched: opening
 raises `StoreCorrupt` naming the table.
+
+The control tables (``<table>_pauses`` and ``<table>_triggers``, rules P1 and X1) came after
+version 1 and do not change it: a release that does not know them works on its own tables as
+before (and, once this release has replaced the claim functions, its claims keep P1 too), so
+instances of both run side by side during a rolling upgrade. A schema without them gets them on
+the next open, under the advisory lock, like a missing claim function.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from psycopg import AsyncConnection, IsolationLevel, sql
 
 from anarchon import ConfigError, StoreCorrupt
 
-from ._code import functions_found, install, signatures, warn_not_owned
+from ._code import functions_found, install, keep_pauses, signatures, warn_not_owned
 from ._names import Names
 from ._plpgsql import source
 
@@ -59,10 +65,30 @@ _RUNS = {
 }
 _JOBS = {"prefix": "text", "job": "text", "floor": "bigint"}
 _VERSION = {"component": "text", "version": "integer"}
+_PAUSES = {
+    "prefix": "text",
+    "job": "text",
+    "since_ms": "bigint",
+    "until_ms": "bigint",
+    "reason": "text",
+    "paused_by": "text",
+}
+_TRIGGERS = {
+    "prefix": "text",
+    "job": "text",
+    "slot": "bigint",
+    "requested_at": "bigint",
+    "reason": "text",
+    "requested_by": "text",
+}
 
 
 def _columns(names: Names) -> dict[str, dict[str, str]]:
     return {names.table: _RUNS, names.jobs_table: _JOBS, names.version_table: _VERSION}
+
+
+def _control_columns(names: Names) -> dict[str, dict[str, str]]:
+    return {names.pauses_table: _PAUSES, names.triggers_table: _TRIGGERS}
 
 
 def _create(names: Names) -> list[sql.Composed]:
@@ -76,6 +102,17 @@ def _create(names: Names) -> list[sql.Composed]:
         "schema_version": sql.Literal(SCHEMA_VERSION),
     }
     statements = (s.strip() for s in source("tables.sql").split(";\n"))
+    return [sql.SQL(s).format(**values) for s in statements if s]
+
+
+def _create_control(names: Names) -> list[sql.Composed]:
+    """The statements of ``_sql/control.sql`` (each IF NOT EXISTS), with the quoted names."""
+    values = {
+        "pauses": names.pauses,
+        "triggers": names.triggers,
+        "triggers_new": sql.Identifier(f"{names.triggers_table}_new"),
+    }
+    statements = (s.strip() for s in source("control.sql").split(";\n"))
     return [sql.SQL(s).format(**values) for s in statements if s]
 
 
@@ -93,7 +130,7 @@ async def _catalog(
     conn: AsyncConnection[tuple[object, ...]], names: Names
 ) -> dict[str, list[tuple[str, str]]]:
     """Our tables that exist: name -> [(column, type)], or a list with ('', kind) for a non-table."""
-    cur = await conn.execute(_CATALOG, (names.schema, list(names.tables)))
+    cur = await conn.execute(_CATALOG, (names.schema, list(names.all_tables)))
     found: dict[str, list[tuple[str, str]]] = {}
     for relname, kind, column, kind_of in await cur.fetchall():
         entry = found.setdefault(str(relname), [])
@@ -104,17 +141,18 @@ async def _catalog(
     return found
 
 
-async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
-    """Create or check the schema on `conn` (autocommit). See the module docstring."""
+async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names) -> bool:
+    """Create or check the schema on `conn` (autocommit). See the module docstring. Returns
+    whether the claim functions keep P1 (False: an older body that the user does not own)."""
     found = await _catalog(conn, names)
-    if len(found) == len(names.tables):
+    if len(found) == len(names.all_tables):
         _verify_tables(found, names)
         await check_access(conn, names)
         if await _version(conn, names) == SCHEMA_VERSION:
             functions = await functions_found(conn, names)
             if all(f.current or (f.exists and not f.owned) for f in functions):
                 warn_not_owned(functions, names)
-                return
+                return keep_pauses(functions)
     await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)  # the catalog after the lock
     async with conn.transaction():
         await conn.execute(
@@ -124,8 +162,12 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
         if not found:
             await _check_create(conn, names)
             await _create_all(conn, names)
-            return
+            return True
         _verify_tables(found, names)
+        if not all(t in found for t in names.control_tables):  # a schema from before them
+            await _check_create(conn, names, what="create the pause and trigger tables")
+            for statement in _create_control(names):
+                await conn.execute(statement)
         version = await _version(conn, names)
         if version < SCHEMA_VERSION:
             for step in range(version, SCHEMA_VERSION):
@@ -138,7 +180,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
                 (SCHEMA_VERSION, COMPONENT),
             )
             await install(conn, names, None)
-            return
+            return True
         # Code, not data: creating a dropped function (or one that a newer release added) and
         # replacing an older body overwrite nothing.
         functions = await functions_found(conn, names)
@@ -146,6 +188,7 @@ async def ensure_schema(conn: AsyncConnection[tuple[object, ...]], names: Names)
             await _check_create(conn, names, what="create the missing claim function")
         await install(conn, names, functions)
         warn_not_owned(functions, names)
+        return keep_pauses(functions)
 
 
 async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -> None:
@@ -154,17 +197,20 @@ async def _create_all(conn: AsyncConnection[tuple[object, ...]], names: Names) -
     )
     if await exists.fetchone() is None:
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(names.schema)))
-    for statement in _create(names):
+    for statement in [*_create(names), *_create_control(names)]:
         await conn.execute(statement)
     await install(conn, names, None)
 
 
 def _verify_tables(found: dict[str, list[tuple[str, str]]], names: Names) -> None:
+    """The tables that exist are ours: every core table, with our columns; a control table,
+    when it exists (a schema made before them lacks them), with ours too."""
     fix = (
         "it was not created by this anarchon-postgres; use another table= or schema= option, "
         "or drop the anarchon tables if they hold nothing you need"
     )
-    for table, columns in _columns(names).items():
+    control = {t: c for t, c in _control_columns(names).items() if t in found}
+    for table, columns in {**_columns(names), **control}.items():
         where = f"table {names.shown(table)}"
         if table not in found:
             raise StoreCorrupt(f"{where} is missing while other anarchon tables exist; {fix}")
@@ -218,11 +264,15 @@ async def _version(conn: AsyncConnection[tuple[object, ...]], names: Names) -> i
 def table_privileges(names: Names) -> dict[str, tuple[str, ...]]:
     """What a user that runs the store needs on each table (the claim functions run with the
     caller's rights): runs are read, inserted, updated and deleted (retention, L11); job rows are
-    inserted and locked (``FOR UPDATE`` needs UPDATE) and their floor raised; the version is read."""
+    inserted and locked (``FOR UPDATE`` needs UPDATE) and their floor raised; the version is read;
+    pauses are read by every claim and written by pause and resume; triggers are read by every
+    instance, written by trigger, which also deletes those older than a day."""
     return {
         names.table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
         names.jobs_table: ("SELECT", "INSERT", "UPDATE"),
         names.version_table: ("SELECT",),
+        names.pauses_table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        names.triggers_table: ("SELECT", "INSERT", "DELETE"),
     }
 
 
@@ -273,7 +323,7 @@ async def check_access(conn: AsyncConnection[tuple[object, ...]], names: Names) 
     cur = await conn.execute(
         _ACCESS,
         (
-            list(names.tables),
+            list(names.all_tables),
             [name for name, _, _ in wanted],
             [types for _, _, types in wanted],
             names.schema,

@@ -26,6 +26,7 @@ from anarchon.backend import LEASE_STORE, HistoryReader, keep_until, structure_o
 
 from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
 from ._connection import Connections, Cursor, libpq_conninfo
+from ._control import ControlStatements, PauseAndTrigger
 from ._errors import shown_url, translate
 from ._names import Names
 from ._options import PostgresOptions
@@ -38,14 +39,14 @@ __all__ = ["PostgresStore"]
 
 Clock = Callable[[], int]
 _INLINE_CLOSE = INLINE_CLOSE.encode()
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
-"""Every rule by the server's clock, and batches (`claim_many`)."""
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
+"""Every rule by the server's clock, batches (`claim_many`), pause (P1) and trigger (X1)."""
 
 
-class PostgresStore(LeaseStore):
+class PostgresStore(PauseAndTrigger, LeaseStore):
     """Lease store in PostgreSQL: each claim is one call of the server-side claim function, which
-    serializes the claims of one job on a row lock in ``<table>_jobs`` (C1) and keeps L1-L11 as
-    `memory://` does. The clock is the server's ``clock_timestamp()``, read after the lock (T1).
+    serializes the claims of one job on a row lock in ``<table>_jobs`` (C1) and keeps L1-L11 and
+    P1 as `memory://` does. The clock is the server's ``clock_timestamp()``, read after the lock (T1).
 
     ``clock`` is for tests only (every store sharing the tables must then use the same clock).
     """
@@ -70,6 +71,11 @@ class PostgresStore(LeaseStore):
         """The connections' client encoding (as Python names it), for requests sent inline."""
         self._read_only = False
         """Opened with `open_read_only`: a permission error names the rights of a reader."""
+        self._control = ControlStatements.build(self.names)
+        self._control_tables = True
+        """The pauses and triggers tables exist (False: a schema from before them, read-only)."""
+        self._keeps_pauses = True
+        """The claim functions keep P1 (False: an older body the user may not replace)."""
         self._db = Connections(
             self._conninfo,
             options,
@@ -103,7 +109,7 @@ class PostgresStore(LeaseStore):
 
     # -- connections -------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> Exception:
-        tables = ", ".join(self.names.shown(t) for t in self.names.tables)
+        tables = ", ".join(self.names.shown(t) for t in self.names.all_tables)
         return translate(exc, self.where, self._secrets, tables=tables, read_only=self._read_only)
 
     async def open(self) -> None:
@@ -116,7 +122,8 @@ class PostgresStore(LeaseStore):
             return
         conn = await self._db.connect()
         try:
-            await ensure_schema(conn, self.names)
+            self._keeps_pauses = await ensure_schema(conn, self.names)
+            self._control_tables = True
             self._sql = self._sql.rendered(conn)
             self._encoding = conn.info.encoding
         except psycopg.Error as exc:
@@ -139,7 +146,7 @@ class PostgresStore(LeaseStore):
         self._read_only = True
         conn = await self._db.connect()
         try:
-            await check_readable(conn, self.names, self.where)
+            self._control_tables = await check_readable(conn, self.names, self.where)
             self._sql = self._sql.rendered(conn)
             self._encoding = conn.info.encoding
         except psycopg.Error as exc:

@@ -3,7 +3,8 @@
 ``strategy=lease`` (default) decides L1-L11 in one Lua script on Redis TIME, with leases and
 fencing; ``stream-id``, ``idmp`` (Redis 8.6+) and ``script`` are no-lease strategies on a stream
 per job. Each strategy is a class in ``_strategies/``; the store classes below hold the
-connection and hand claims to it. `anarchon_redis.testing` holds the conformance backdoors.
+connection and hand claims to it. The lease and script stores also pause jobs and trigger runs
+(rules P1, X1; ``_control``). `anarchon_redis.testing` holds the conformance backdoors.
 """
 
 from __future__ import annotations

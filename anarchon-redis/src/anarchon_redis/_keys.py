@@ -1,11 +1,13 @@
 """The keys of one job. All share the hash tag ``{prefix:job}``, so they live in one cluster hash
-slot and every script touches a single slot (Redis Cluster safe)."""
+slot and every script touches a single slot (Redis Cluster safe). The prefix's own keys (the
+trigger list, `PrefixKeys`) have the tag ``{prefix:}``: no job has the empty name, and the
+key pattern ``~{prefix:*`` of the documented ACL users covers them too."""
 
 from __future__ import annotations
 
 import attrs
 
-__all__ = ["JobKeys"]
+__all__ = ["JobKeys", "PrefixKeys"]
 
 
 @attrs.frozen
@@ -46,12 +48,18 @@ class JobKeys:
         return f"{self.tag}:claims"
 
     @property
+    def pause(self) -> str:
+        """lease, script: hash, the job's pause (P1): fields ``since``, ``until`` (epoch ms, or
+        ``-`` until resumed), ``reason`` and ``by``; read by the claim script."""
+        return f"{self.tag}:pause"
+
+    @property
     def idmp_config(self) -> str:
         """idmp: string, the IDMP-DURATION and IDMP-MAXSIZE chosen for ``:claims``."""
         return f"{self.tag}:idmp-config"
 
     def lease_keys(self) -> list[str]:
-        """The keys the lease script takes for one job, in its order."""
+        """The keys the lease script takes for one job, in its order (a claim adds `pause`)."""
         tag = self.tag
         return [f"{tag}:runs", f"{tag}:slots", f"{tag}:leases", f"{tag}:events"]
 
@@ -64,4 +72,28 @@ class JobKeys:
             self.events: "stream",
             self.claims: "stream",
             self.idmp_config: "string",
+            self.pause: "hash",
         }
+
+
+@attrs.frozen
+class PrefixKeys:
+    """The keys of a prefix rather than of one job: the trigger list (X1). Written by
+    ``control.lua`` only, read by one call; no claim script touches them."""
+
+    prefix: str
+
+    @property
+    def tag(self) -> str:
+        return f"{{{self.prefix}:}}"
+
+    @property
+    def triggers(self) -> str:
+        """sorted set, one member per trigger, scored by when it was written (epoch ms):
+        ``<slot> <job> <n> <by><reason>`` (<n>: the length of <by> in bytes)."""
+        return f"{self.tag}:triggers"
+
+    @property
+    def trigger_slots(self) -> str:
+        """hash, job -> the newest slot a trigger of the job was given (X1: each is new)."""
+        return f"{self.tag}:trigger-slots"

@@ -8,7 +8,11 @@ Every store lists its jobs (`anarchon.abc.SupportsJobList`, with SCAN: see `_key
 and opens read-only (`anarchon.abc.SupportsReadOnly`, R1): connect and check the prefix holds
 the strategy's keys, with reads only (no script or function loaded, no key written); history,
 the clock and the job list are plain reads, so a user allowed only ``@read`` commands can run
-``anarchon history`` and ``status``. A store opened so refuses claims and lease calls."""
+``anarchon history`` and ``status``. A store opened so refuses claims and lease calls.
+
+The lease and script stores also pause jobs and trigger runs (`anarchon.abc.SupportsPause`,
+`SupportsTrigger`; `_control`): their claim scripts read the job's pause in the same call.
+stream-id and idmp claim with a bare ``XADD`` and offer neither."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from anarchon.backend import (
 )
 
 from ._connection import Link
+from ._control import Control
 from ._keys import JobKeys
 from ._options import RedisOptions
 from ._strategies import (
@@ -163,9 +168,9 @@ class RedisStore(ClaimStore):
         return await self.strategy.jobs(self.link)
 
 
-class RedisLeaseStore(RedisStore, LeaseStore):
+class RedisLeaseStore(RedisStore, LeaseStore, Control):
     """``strategy=lease``: a `LeaseStore`; renew, finish, release and check go to its
-    `LeaseStrategy`."""
+    `LeaseStrategy`. Pause and trigger (P1, X1) are `Control`'s."""
 
     strategy_name = "lease"
     strategy: LeaseStrategy
@@ -213,8 +218,9 @@ class IdmpStore(RedisStore):
         await self.strategy.setup_jobs(self.link, jobs)
 
 
-class ScriptStore(RedisStore):
-    """``strategy=script`` (`ScriptStrategy`): no leases."""
+class ScriptStore(RedisStore, Control):
+    """``strategy=script`` (`ScriptStrategy`): no leases; pause and trigger (P1, X1) are
+    `Control`'s."""
 
     strategy_name = "script"
     strategy: ScriptStrategy

@@ -85,7 +85,7 @@ def check_readable(path: str, busy_timeout_ms: int) -> None:
                 "has opened it, or the URL names another application's database. Point the URL "
                 "at the file your schedulers use"
             )
-        verify_schema(conn, path)
+        verify_schema(conn, path, control=False)  # a file from before pauses is readable
     except sqlite3.Error as exc:
         raise translate(exc, path, busy_timeout_ms=busy_timeout_ms) from None
     finally:

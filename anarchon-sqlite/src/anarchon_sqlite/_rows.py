@@ -9,23 +9,33 @@ from __future__ import annotations
 from typing import Any
 
 from anarchon import RunRecord
+from anarchon.backend import PAUSED
 
-from ._schema import JOBS, RUNS
+from ._schema import JOBS, PAUSES, RUNS, TRIGGERS
 
 __all__ = [
     "COUNT_RUNS",
+    "DELETE_PAUSE",
+    "DELETE_TRIGGERS_BEFORE",
     "DELETE_UP_TO",
     "INSERT_RUN",
+    "INSERT_TRIGGER",
+    "LAST_TRIGGER_SLOT",
     "OLDEST_RUNS",
     "OTHER_LIVE",
+    "PAUSE_COLUMNS",
     "RAISE_FLOOR",
     "RUN_COLUMNS",
     "SELECT_FLOOR",
     "SELECT_FOR_CLAIM",
     "SELECT_HISTORY",
     "SELECT_JOBS",
+    "SELECT_PAUSES",
     "SELECT_RUN",
+    "SELECT_TRIGGERS",
+    "TRIGGER_COLUMNS",
     "UPDATE_RUN",
+    "UPSERT_PAUSE",
     "run_from_row",
 ]
 
@@ -39,10 +49,13 @@ SELECT_FOR_CLAIM = (
     + f", (SELECT floor FROM {JOBS} WHERE prefix = ?1 AND job = ?2)"
     f", (SELECT keep_until < ?4 AND NOT (status = 'running' AND lease_until >= ?4) FROM {RUNS}"
     "    WHERE prefix = ?1 AND job = ?2 ORDER BY slot LIMIT 1)"
+    f", (SELECT CASE WHEN reason = '' THEN '{PAUSED}' ELSE '{PAUSED}: ' || reason END"
+    f"    FROM {PAUSES} WHERE prefix = ?1 AND job = ?2 AND (until_ms IS NULL OR until_ms > ?4))"
     f" FROM (SELECT 1) LEFT JOIN {RUNS} AS r ON r.prefix = ?1 AND r.job = ?2 AND r.slot = ?3"
 )
 """Everything a claim reads, in one statement: the run (all NULL when there is none), the job's
-floor (L11), and whether the job's oldest run could be forgotten at ``now`` (?4)."""
+floor (L11), whether the job's oldest run could be forgotten at ``now`` (?4), and the skip
+reason of the job's pause in force at ``now`` (P1; NULL: not paused)."""
 SELECT_HISTORY = (
     f"SELECT {RUN_COLUMNS} FROM {RUNS} WHERE prefix = ? AND job = ? ORDER BY slot DESC LIMIT ?"
 )
@@ -73,6 +86,28 @@ DELETE_UP_TO = f"DELETE FROM {RUNS} WHERE prefix = ? AND job = ? AND slot <= ?"
 RAISE_FLOOR = (
     f"INSERT INTO {JOBS} (prefix, job, floor) VALUES (?, ?, ?) "
     "ON CONFLICT (prefix, job) DO UPDATE SET floor = max(floor, excluded.floor)"
+)
+
+
+PAUSE_COLUMNS = "job, since_ms, until_ms, reason, paused_by"
+UPSERT_PAUSE = (
+    f"INSERT INTO {PAUSES} (prefix, {PAUSE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (prefix, job) DO UPDATE SET since_ms = excluded.since_ms, "
+    "until_ms = excluded.until_ms, reason = excluded.reason, paused_by = excluded.paused_by"
+)
+DELETE_PAUSE = f"DELETE FROM {PAUSES} WHERE prefix = ? AND job = ? RETURNING until_ms"
+SELECT_PAUSES = (
+    f"SELECT {PAUSE_COLUMNS} FROM {PAUSES} WHERE prefix = ?1 "
+    "AND (until_ms IS NULL OR until_ms > ?2) ORDER BY job"
+)
+"""The pauses in force at ?2 (an ended one may stay in the table: it is inactive)."""
+TRIGGER_COLUMNS = "job, slot, requested_at, reason, requested_by"
+LAST_TRIGGER_SLOT = f"SELECT max(slot) FROM {TRIGGERS} WHERE prefix = ? AND job = ? AND slot >= ?"
+INSERT_TRIGGER = f"INSERT INTO {TRIGGERS} (prefix, {TRIGGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+DELETE_TRIGGERS_BEFORE = f"DELETE FROM {TRIGGERS} WHERE prefix = ? AND requested_at < ?"
+SELECT_TRIGGERS = (
+    f"SELECT {TRIGGER_COLUMNS} FROM {TRIGGERS} WHERE prefix = ? AND requested_at >= ? "
+    "ORDER BY requested_at, job, slot"
 )
 
 

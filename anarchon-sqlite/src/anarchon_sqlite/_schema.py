@@ -1,9 +1,15 @@
 """The tables anarchon keeps in a SQLite file, created once and checked on every open.
 
-Every deployment (prefix) shares the same three tables; the prefix is the first column of every
-key, so prefixes never see each other's rows. Creation runs inside ``BEGIN IMMEDIATE``, so many
+Every deployment (prefix) shares the same tables; the prefix is the first column of every key,
+so prefixes never see each other's rows. Creation runs inside ``BEGIN IMMEDIATE``, so many
 processes opening one new file at once create it exactly once. A file whose tables exist but do
 not look like ours is never touched: opening it raises `StoreCorrupt`.
+
+The control tables (pauses and triggers, rules P1 and X1) came later than the three others. A
+file written before them gets them on its next open (``CREATE TABLE IF NOT EXISTS``, in a
+transaction of its own); they do not change the schema version, since a release that does not
+know them reads and writes its own tables as before (it ignores pauses: see the docs on
+upgrading). A file opened read-only may lack them: it has no pause and no trigger.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ from importlib.resources import files
 from anarchon import StoreCorrupt
 
 __all__ = [
+    "CONTROL",
     "JOBS",
+    "PAUSES",
     "RUNS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "TRIGGERS",
     "check_schema",
     "ensure_schema",
     "existing_tables",
@@ -27,6 +36,8 @@ __all__ = [
 SCHEMA = "anarchon_schema"
 RUNS = "anarchon_runs"
 JOBS = "anarchon_jobs"
+PAUSES = "anarchon_pauses"
+TRIGGERS = "anarchon_triggers"
 SCHEMA_VERSION = 1
 COMPONENT = "sqlite"
 
@@ -52,11 +63,24 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     JOBS: (("prefix", "job", "floor"), ("prefix", "job")),
 }
+_CONTROL: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    PAUSES: (
+        ("prefix", "job", "since_ms", "until_ms", "reason", "paused_by"),
+        ("prefix", "job"),
+    ),
+    TRIGGERS: (
+        ("prefix", "job", "slot", "requested_at", "reason", "requested_by"),
+        ("prefix", "job", "slot"),
+    ),
+}
+CONTROL = tuple(_CONTROL)
+"""The control tables, which a file from an older release may lack (module doc)."""
+_ALL = {**_TABLES, **_CONTROL}
 
 
-def _create() -> list[str]:
-    """The statements of ``_sql/tables.sql`` (after its header of comment lines), with the names."""
-    text = files("anarchon_sqlite").joinpath("_sql").joinpath("tables.sql").read_text("utf-8")
+def _create(name: str = "tables.sql") -> list[str]:
+    """The statements of ``_sql/<name>`` (after its header of comment lines), with the names."""
+    text = files("anarchon_sqlite").joinpath("_sql").joinpath(name).read_text("utf-8")
     lines = text.split("\n")
     while lines and lines[0].startswith("--"):
         lines.pop(0)
@@ -64,6 +88,8 @@ def _create() -> list[str]:
         "schema": SCHEMA,
         "runs": RUNS,
         "jobs": JOBS,
+        "pauses": PAUSES,
+        "triggers": TRIGGERS,
         "component": COMPONENT,
         "version": SCHEMA_VERSION,
     }
@@ -73,9 +99,10 @@ def _create() -> list[str]:
 
 def existing_tables(conn: sqlite3.Connection) -> dict[str, str]:
     """Which of anarchon's tables the file has, by name, with their kind (table, view ...)."""
-    names = tuple(_TABLES)
+    names = tuple(_ALL)
+    marks = ", ".join("?" * len(names))
     rows = conn.execute(
-        "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?)", names
+        f"SELECT name, type FROM sqlite_master WHERE name IN ({marks})", names
     ).fetchall()
     return {str(name): str(kind) for name, kind in rows}
 
@@ -84,7 +111,7 @@ def check_schema(conn: sqlite3.Connection, path: str) -> None:
     """Before anything is written to the file (even the switch to WAL): if any of our tables
     exists, check them all, so a foreign or tampered file is refused untouched."""
     if existing_tables(conn):
-        verify_schema(conn, path)
+        verify_schema(conn, path, control=False)
 
 
 def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
@@ -93,7 +120,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
     `conn` is in autocommit mode (``isolation_level=None``). Raises `StoreCorrupt` naming the table
     and what is wrong; nothing is written to a file that already has any of the tables.
     """
-    if len(existing_tables(conn)) == len(_TABLES):  # the usual case: a plain read, no write lock
+    if len(existing_tables(conn)) == len(_ALL):  # the usual case: a plain read, no write lock
         verify_schema(conn, path)
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -102,21 +129,26 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         if not found:
             for statement in _create():
                 conn.execute(statement)
+        elif any(table in found for table in _TABLES):
+            # A file of an older release: check its tables before adding the control tables.
+            verify_schema(conn, path, control=False)
+        for statement in _create("control.sql"):
+            conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    if found:
-        verify_schema(conn, path)
+    verify_schema(conn, path)
 
 
-def verify_schema(conn: sqlite3.Connection, path: str) -> None:
-    """The tables that exist are ours, unchanged, all there, at our version: else
-    `StoreCorrupt`. Reads only."""
+def verify_schema(conn: sqlite3.Connection, path: str, *, control: bool = True) -> None:
+    """The tables that exist are ours, unchanged, all there (the control tables too, unless
+    `control` is False: a file of an older release), at our version: else `StoreCorrupt`.
+    Reads only."""
     found = existing_tables(conn)
     fix = "it was not written by this anarchon-sqlite; point the URL at a new file"
     for table, kind in found.items():  # tables that exist first: a foreign one is named as such
-        columns, key = _TABLES[table]
+        columns, key = _ALL[table]
         where = f"table {table} in SQLite database {path}"
         if kind != "table":
             raise StoreCorrupt(f"{where} is a {kind}, not a table; {fix}")
@@ -137,7 +169,7 @@ def verify_schema(conn: sqlite3.Connection, path: str) -> None:
                 f"{where} has primary key ({', '.join(have_key)}), expected "
                 f"({', '.join(key)}); {fix}"
             )
-    for table in _TABLES:
+    for table in (*_TABLES, *(CONTROL if control else ())):
         if table not in found:
             raise StoreCorrupt(
                 f"table {table} in SQLite database {path} is missing while other anarchon "

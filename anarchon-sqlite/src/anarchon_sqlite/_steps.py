@@ -6,7 +6,8 @@ file, so everything read after BEGIN IMMEDIATE is current until COMMIT, and the 
 path is four statements: BEGIN IMMEDIATE, SELECT the run, INSERT it, COMMIT (plus one SELECT of
 the floor, and one index seek for retention). A slot decided not to run (late, a caller's skip,
 overlap) is INSERTed the same way as a ``skipped`` row (the ledger, S1), so the same transaction
-that decides it records it, and later claims read it like any finished run.
+that decides it records it, and later claims read it like any finished run. So is the slot of a
+paused job (P1): the claim's one SELECT reads the job's pause too, under the same lock.
 """
 
 from __future__ import annotations
@@ -14,21 +15,26 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import attrs
 
-from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
+from anarchon import Claim, ClaimRequest, Pause, RunRecord, RunStatus, StoreCorrupt, Trigger
 from anarchon.backend import (
     HistoryReader,
     decide_claim,
     decide_finish,
     keep_until,
+    late_reason,
     shown,
+    skip_record,
+    skipped_claim,
     sweeps_now,
 )
 
+from . import _control as control
 from . import _rows as sql
-from ._schema import JOBS, RUNS
+from ._schema import JOBS, PAUSES, RUNS, TRIGGERS, existing_tables
 
 __all__ = ["Steps"]
 
@@ -36,6 +42,7 @@ SWEEP_MAX_ROWS = 100
 """L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -100,7 +107,15 @@ class Steps:
             ).fetchone()
             return None if found is None else self._slot(found[0], request.job)
 
-        claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
+        paused = row[11]
+        write: RunRecord | None
+        if run is None and paused is not None and late_reason(request, now, floor) is None:
+            # P1: a paused job's new slot is a skip the store decides itself, whatever the
+            # request says; a late or forgotten slot stays what L1 makes of it.
+            write = skip_record(request, now, str(paused))
+            claim = skipped_claim(write)
+        else:
+            claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
         if write is None:
             return claim
         if run is None:  # a new run or a skip record: both are kept and forgotten alike (L11)
@@ -223,6 +238,45 @@ class Steps:
 
     def jobs(self, conn: sqlite3.Connection) -> list[str]:
         return [str(row[0]) for row in conn.execute(sql.SELECT_JOBS, (self.prefix,)).fetchall()]
+
+    # -- control (P1, X1): each write its own BEGIN IMMEDIATE, as a claim -------------------
+    def _write(self, conn: sqlite3.Connection, step: Callable[..., T], *args: object) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = step(conn, self.prefix, *args)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return result
+
+    def pause(
+        self, conn: sqlite3.Connection, job: str, until_ms: int | None, reason: str, by: str
+    ) -> Pause:
+        now = self.clock()
+        until = control.check_until(until_ms)
+        return self._write(conn, control.pause, job, now, until, reason, by)
+
+    def resume(self, conn: sqlite3.Connection, job: str) -> bool:
+        return self._write(conn, control.resume, job, self.clock())
+
+    def pauses(self, conn: sqlite3.Connection) -> list[Pause]:
+        if not _has(conn, PAUSES):  # a file from before pauses, read read-only: none
+            return []
+        return control.list_pauses(conn, self.prefix, self.clock(), self.path)
+
+    def trigger(self, conn: sqlite3.Connection, job: str, reason: str, by: str) -> Trigger:
+        # The clock is read under the write lock: triggers of one job get distinct slots.
+        return self._write(conn, lambda c, p: control.trigger(c, p, job, self.clock(), reason, by))
+
+    def triggers(self, conn: sqlite3.Connection, since_ms: int) -> list[Trigger]:
+        if not _has(conn, TRIGGERS):
+            return []
+        return control.list_triggers(conn, self.prefix, since_ms, self.path)
+
+
+def _has(conn: sqlite3.Connection, table: str) -> bool:
+    return table in existing_tables(conn)
 
 
 def _values(run: RunRecord) -> tuple[object, ...]:

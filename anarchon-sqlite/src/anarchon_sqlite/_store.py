@@ -16,13 +16,17 @@ from anarchon import (
     ClaimRequest,
     ConfigError,
     LeaseStore,
+    Pause,
     RunRecord,
     RunStatus,
     StoreOptions,
     StoreURL,
+    Trigger,
+    check_name,
 )
-from anarchon.backend import LEASE_STORE, structure_options
+from anarchon.backend import LEASE_STORE, shown, structure_options
 
+from ._control import check_text
 from ._options import SQLiteOptions
 from ._read_only import check_readable, read
 from ._steps import Steps
@@ -33,8 +37,8 @@ __all__ = ["SQLiteStore"]
 Clock = Callable[[], int]
 T = TypeVar("T")
 
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
-"""Every rule by this host's clock, and batches (`claim_many`)."""
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
+"""Every rule by this host's clock, batches (`claim_many`), pause (P1) and trigger (X1)."""
 
 
 def wall_clock_ms() -> int:
@@ -66,7 +70,7 @@ def database_path(url: StoreURL) -> str:
 class SQLiteStore(LeaseStore):
     """Lease store in a SQLite file: each claim is one ``BEGIN IMMEDIATE`` transaction (C1).
 
-    It keeps L1-L11 exactly as `memory://` does (the decision is the same function,
+    It keeps L1-L11 and P1 exactly as `memory://` does (the decision is the same function,
     `anarchon.backend.decide_claim`), across every process of one host that opens the file.
     The clock is this host's wall clock: every instance sharing the file runs on this host and
     reads the same clock (T1), which is why the file must be on a local file system, never on
@@ -185,3 +189,43 @@ class SQLiteStore(LeaseStore):
         if self._read_only:
             return await self._read(self._steps.jobs)
         return await self._worker.run(self._steps.jobs)
+
+    # -- control through the store (P1, X1) -----------------------------------------------------
+    async def pause(
+        self, job: str, *, until_ms: int | None = None, reason: str = "", by: str = ""
+    ) -> Pause:
+        """`SupportsPause`: from its commit on, every claim of a new slot of `job` is recorded
+        ``skipped: paused`` in its own transaction (P1), until `resume` or `until_ms` (epoch ms,
+        exclusive, by this host's clock)."""
+        check_name(job)
+        check_text(reason, "reason")
+        check_text(by, "by")
+        return await self._worker.run(self._steps.pause, job, until_ms, reason, by)
+
+    async def resume(self, job: str) -> bool:
+        check_name(job)
+        return await self._worker.run(self._steps.resume, job)
+
+    async def pauses(self) -> list[Pause]:
+        """The pauses in force, by job; [] on a file from before pauses opened read-only."""
+        if self._read_only:
+            return await self._read(self._steps.pauses)
+        return await self._worker.run(self._steps.pauses)
+
+    async def trigger(self, job: str, *, reason: str = "", by: str = "") -> Trigger:
+        """`SupportsTrigger` (X1): the ad-hoc slot is this host's clock under the write lock,
+        moved off a whole second and past the job's earlier triggers of that millisecond."""
+        check_name(job)
+        check_text(reason, "reason")
+        check_text(by, "by")
+        return await self._worker.run(self._steps.trigger, job, reason, by)
+
+    async def triggers(self, since_ms: int) -> list[Trigger]:
+        """Triggers asked for at or after `since_ms`, oldest first (kept a day)."""
+        if isinstance(since_ms, bool) or not isinstance(since_ms, int):
+            raise ConfigError(
+                f"since_ms must be an int of epoch milliseconds, got {shown(since_ms)}"
+            )
+        if self._read_only:
+            return await self._read(self._steps.triggers, since_ms)
+        return await self._worker.run(self._steps.triggers, since_ms)

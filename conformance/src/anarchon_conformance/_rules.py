@@ -81,6 +81,16 @@ RULES: tuple[Rule, ...] = (
         description="read-only: opened read-only, a store creates and changes nothing; an unused "
         "one is StoreNotSetUp (SupportsReadOnly)",
     ),
+    Rule(
+        id="P1",
+        description="pause: a paused job's new slots are recorded `skipped: paused` by the claim "
+        "itself, runs made before go on, resume or until ends it (SupportsPause)",
+    ),
+    Rule(
+        id="X1",
+        description="trigger: an ad-hoc slot off the whole second, unique per job, listed to every "
+        "instance, won once like any slot (SupportsTrigger)",
+    ),
 )
 
 RULE_IDS = frozenset(r.id for r in RULES)

@@ -2,7 +2,8 @@
 
 It is the model the conformance kit compares every backend against, so it follows DESIGN section 5
 to the letter and nothing more. Stores opened with the same name in one process share their runs
-(so several "instances" can race in a test); the clock is injectable.
+(so several "instances" can race in a test); the clock is injectable. It also keeps the rules of
+control through the store: pauses (P1) and triggers (X1), under the same lock as the claims.
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ import attrs
 
 from .._capabilities import Capabilities
 from .._claims import Claim, ClaimRequest
-from .._errors import StoreCorrupt, StoreNotSetUp
-from .._leases import decide_claim, decide_finish, keep_until
+from .._control import Pause, Trigger, check_control_text, pause_skip_reason
+from .._errors import ConfigError, StoreCorrupt, StoreNotSetUp
+from .._leases import (
+    decide_claim,
+    decide_finish,
+    keep_until,
+    late_reason,
+    skip_record,
+    skipped_claim,
+)
 from .._names import check_name, shown
 from .._options import StoreOptions
 from .._runs import HistoryReader, RunRecord, RunStatus
@@ -28,6 +37,10 @@ from ..abc import LeaseStore
 __all__ = ["MemoryOptions", "MemoryStore"]
 
 Clock = Callable[[], int]
+
+TRIGGERS_KEPT_MS = 86_400_000
+"""How long a trigger is listed (X1): a day, as `remembers_ms` is None (runs are never
+forgotten while they could still be asked about)."""
 
 
 def wall_clock_ms() -> int:
@@ -53,6 +66,10 @@ class _Namespace:
     opened: set[str] = attrs.Factory(set)
     """The prefixes a store of this namespace was opened with (`open`): what "set up" means for
     `open_read_only`, as a schema created at open is for a database."""
+    pauses: dict[tuple[str, str], Pause] = attrs.Factory(dict)
+    """(prefix, job): the job's pause, active or ended by its `until_ms` (P1)."""
+    triggers: dict[str, list[Trigger]] = attrs.Factory(dict)
+    """prefix: its triggers, oldest first (X1)."""
 
 
 _namespaces: dict[str, _Namespace] = {}
@@ -99,6 +116,8 @@ class MemoryStore(LeaseStore):
             store_clock=True,
             skips=True,
             batch=True,
+            pause=True,
+            trigger=True,
             remembers_ms=None,
         )
 
@@ -112,6 +131,8 @@ class MemoryStore(LeaseStore):
         with self._ns.lock:
             prefix = self.options.prefix
             if prefix in self._ns.opened or self._jobs_locked():
+                return
+            if self._ns.triggers.get(prefix) or any(p == prefix for p, _ in self._ns.pauses):
                 return
         name = self.url.host or self.url.path
         where = f"memory://{name}" if name else "memory:// (a store private to its object)"
@@ -149,13 +170,29 @@ class MemoryStore(LeaseStore):
             )
 
         floor = None if run is not None else self._floor(request.job, state)
-        claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
+        pause = self._ns.pauses.get((self.options.prefix, request.job))
+        if run is None and pause is not None and pause.active(now):
+            claim, write = self._decide_paused(request, now, floor, pause)
+        else:
+            claim, write = decide_claim(run, request, now, floor=floor, other_live=other_live)
         if write is not None:
             state.runs[request.slot] = write
             if run is None:
                 state.keep[request.slot] = keep_until(request, self.options.retention_margin_ms)
                 self._sweep(state, now)
         return claim
+
+    @staticmethod
+    def _decide_paused(
+        request: ClaimRequest, now: int, floor: int | None, pause: Pause
+    ) -> tuple[Claim, RunRecord | None]:
+        """P1 for a slot with no run of a paused job: a forgotten or late slot answers as L1
+        says (nothing can run it anyway); any other is recorded ``skipped: paused``, whatever
+        the request's own skip_reason or overlap."""
+        if late_reason(request, now, floor) is not None:
+            return decide_claim(None, request, now, floor=floor, other_live=lambda: None)
+        record = skip_record(request, now, pause_skip_reason(pause))
+        return skipped_claim(record), record
 
     def _floor(self, job: str, state: _Job) -> int | None:
         floor: object = state.floor
@@ -263,6 +300,70 @@ class MemoryStore(LeaseStore):
             for (prefix, job), state in self._ns.jobs.items()
             if prefix == self.options.prefix and (state.runs or state.floor is not None)
         )
+
+    # -- control through the store (P1, X1) ----------------------------------------------------
+    async def pause(
+        self, job: str, *, until_ms: int | None = None, reason: str = "", by: str = ""
+    ) -> Pause:
+        """`SupportsPause`: pause `job` from the store's now, replacing any pause of it."""
+        check_name(job)
+        reason, by = check_control_text(reason, "reason"), check_control_text(by, "by")
+        if until_ms is not None and (isinstance(until_ms, bool) or not isinstance(until_ms, int)):
+            raise ConfigError(f"until_ms must be epoch milliseconds or None, got {shown(until_ms)}")
+        with self._ns.lock:
+            pause = Pause(job=job, since_ms=self.clock(), until_ms=until_ms, reason=reason, by=by)
+            self._ns.pauses[(self.options.prefix, job)] = pause
+            return pause
+
+    async def resume(self, job: str) -> bool:
+        """`SupportsPause`: end the pause of `job`; False if none was in force."""
+        check_name(job)
+        with self._ns.lock:
+            pause = self._ns.pauses.pop((self.options.prefix, job), None)
+            return pause is not None and pause.active(self.clock())
+
+    async def pauses(self) -> list[Pause]:
+        """`SupportsPause`: the pauses in force, by job. Writes nothing (R1)."""
+        with self._ns.lock:
+            now = self.clock()
+            return sorted(
+                (
+                    pause
+                    for (prefix, _), pause in self._ns.pauses.items()
+                    if prefix == self.options.prefix and pause.active(now)
+                ),
+                key=lambda p: p.job,
+            )
+
+    async def trigger(self, job: str, *, reason: str = "", by: str = "") -> Trigger:
+        """`SupportsTrigger`: an ad-hoc slot of `job` at the store's now, off the whole second
+        and unique among the job's triggers."""
+        check_name(job)
+        reason, by = check_control_text(reason, "reason"), check_control_text(by, "by")
+        with self._ns.lock:
+            now = self.clock()
+            kept = [
+                t
+                for t in self._ns.triggers.get(self.options.prefix, [])
+                if t.requested_at >= now - TRIGGERS_KEPT_MS
+            ]
+            taken = {t.slot for t in kept if t.job == job}
+            slot = now
+            while slot % 1000 == 0 or slot in taken:
+                slot += 1
+            trigger = Trigger(job=job, slot=slot, requested_at=now, reason=reason, by=by)
+            self._ns.triggers[self.options.prefix] = [*kept, trigger]
+            return trigger
+
+    async def triggers(self, since_ms: int) -> list[Trigger]:
+        """`SupportsTrigger`: the triggers written at or after `since_ms`, oldest first.
+        Writes nothing (R1)."""
+        with self._ns.lock:
+            listed = self._ns.triggers.get(self.options.prefix, [])
+            return sorted(
+                (t for t in listed if t.requested_at >= since_ms),
+                key=lambda t: (t.requested_at, t.slot),
+            )
 
     # -- backdoors for the conformance kit ------------------------------------------------------
     def raw_run(self, job: str, slot: int) -> RunRecord | None:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from .._claims import Claim, ClaimRequest, Outcome
+from .._control import PAUSED
 from .._errors import AnarchonError, StoreCorrupt, StoreUnavailable
 from .._urls import redact
 from .context import RuntimeContext
@@ -180,11 +181,13 @@ class Claimer:
         return result
 
     def decided(self, request: ClaimRequest, claim: Claim, started: float) -> None:
-        """Log the answer (won and skipped at INFO, with structured fields; the rest at DEBUG)
+        """Log the answer (won and skipped at INFO, with structured fields; the rest at DEBUG,
+        and so are ``skipped: paused`` answers: the dispatcher says once that a job is paused)
         and tell the observers (`anarchon_claim_decided`)."""
         latency_ms = (time.perf_counter() - started) * 1000
         skipped = claim.outcome is Outcome.SKIPPED
-        level = logging.INFO if claim.won or skipped else logging.DEBUG
+        loud = claim.won or (skipped and claim.skip_kind != PAUSED)
+        level = logging.INFO if loud else logging.DEBUG
         if log.isEnabledFor(level):
             fields: dict[str, object] = {
                 "job": request.job,

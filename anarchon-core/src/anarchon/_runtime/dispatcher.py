@@ -5,7 +5,12 @@ clock (T2, T5, T6), claims it, starts the winners' executions (F1) and the backu
 Slots reached on time go out together (one `claim_many` for all jobs of a slot). A job whose
 slots pile up (at start, after a stall, a clock jump or a wait for the store) gets a *lane*: a
 queue that decides its slots one at a time in slot order, by its catch-up policy (T6), and
-records the late ones skipped, so that no slot vanishes from the ledger."""
+records the late ones skipped, so that no slot vanishes from the ledger. Triggered slots (X1)
+come from the store (`control.TriggerPoller`) and are claimed alone, like a slot reached late.
+
+A little over 400 lines: a slot's way from the timetable to a claim (on time, in a lane, or
+triggered) and on to an execution or a backup reads best in one class; the claims' retries are
+`claimer`, the runs `running`, pauses and triggers `control`."""
 
 from __future__ import annotations
 
@@ -17,10 +22,11 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from .._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
-from ..abc import SupportsClaimMany, SupportsPrepare
+from ..abc import SupportsClaimMany, SupportsPrepare, SupportsTrigger
 from .catch_up import LATE_RECORDS_MAX, CatchUp, late_skip, missed_skip
 from .claimer import TRANSPORT_ERRORS, UNANSWERED, Claimer
 from .context import RuntimeContext
+from .control import PauseWatch, TriggerPoller
 from .execution import Execution
 from .jobs import JobSpec
 from .running import Running
@@ -46,13 +52,23 @@ class Dispatcher:
     the state `health()` reads: the runs executing here, the last claim per job."""
 
     def __init__(
-        self, context: RuntimeContext, *, clock_skew_ms: int, claim_timeout_s: float
+        self,
+        context: RuntimeContext,
+        *,
+        clock_skew_ms: int,
+        claim_timeout_s: float,
+        trigger_poll_ms: int = 0,
     ) -> None:
         self.context = context
         self.store = context.store
         self.store_clock = context.clock
         self.clock_skew_ms = clock_skew_ms
         self.claim_timeout_s = claim_timeout_s
+        self.trigger_poll_ms = trigger_poll_ms
+        self.pauses = PauseWatch(self.store, self.spawn)
+        """Which jobs the store answers ``skipped: paused`` for (P1), for logs and health."""
+        self.triggers: TriggerPoller | None = None
+        """Polls for triggered runs (X1), where the store has them and polling is on."""
         self.claimer = Claimer(context, timeout_s=claim_timeout_s)
         self.running = Running(context, self.spawn)
         self.last_claims: dict[str, tuple[int, Claim]] = {}
@@ -81,10 +97,25 @@ class Dispatcher:
         """Begin dispatching `jobs` until `stop` is set (or `stop()` is called). `since_ms`:
         when the instance came up, for the slots it must decide at start (T6)."""
         self._stop = stop
+        self._jobs = jobs
         self.claimer.start()
         self.task = asyncio.create_task(
             self.run(jobs, stop, since_ms=since_ms), name="anarchon-dispatcher"
         )
+        store = self.store
+        polls = self.trigger_poll_ms > 0 and store.capabilities.trigger
+        if polls and isinstance(store, SupportsTrigger):
+            self.triggers = TriggerPoller(
+                store,
+                jobs,
+                clock=self.store_clock,
+                claimer=self.claimer,
+                poll_ms=self.trigger_poll_ms,
+                clock_skew_ms=self.clock_skew_ms,
+                claim=self.claim_triggered,
+                capabilities=store.capabilities,
+            )
+            self.spawn(self.triggers.run(stop), "anarchon-poll-triggers")
 
     async def stop(self, grace_ms: int) -> None:
         """Stop claiming; let the claims already sent be answered (bounded: a run won meanwhile
@@ -230,12 +261,28 @@ class Dispatcher:
         if execution is not None:
             await execution.done.wait()
 
+    def claim_triggered(self, spec: JobSpec, slot: int, max_late_ms: int) -> None:
+        """Claim a triggered slot (X1) in the background, like any slot: the winner runs it,
+        the others back it up (L10)."""
+        if self._stop.is_set():
+            return
+        self.spawn(
+            self._claim_one(spec, slot, max_late_ms=max_late_ms),
+            f"anarchon-trigger-{spec.name}-{slot}",
+        )
+
     async def _claim_one(
-        self, spec: JobSpec, slot: int, *, skip: str | None = None, wait: bool = False
+        self,
+        spec: JobSpec,
+        slot: int,
+        *,
+        skip: str | None = None,
+        wait: bool = False,
+        max_late_ms: int | None = None,
     ) -> Execution | None:
         """Claim one slot of a job. Won: start the run (returned, so a caller may wait for
         it). Running: back up the holder (L10), in the background, or here with `wait`."""
-        request = self._request(spec, slot, skip=skip)
+        request = self._request(spec, slot, skip=skip, max_late_ms=max_late_ms)
         sent_at = time.monotonic()
         claim = await self.claimer.claim(self.store.claim, request)
         self._note(spec.name, slot, claim)
@@ -251,6 +298,7 @@ class Dispatcher:
         """Keep the answer for `health()`. A slot the store never answered for is kept to be
         recorded later; once the store answers again, the kept slots go to the job's lane."""
         self.last_claims[name] = (slot, claim)
+        self.pauses.note(name, slot, claim)
         kept = self._unrecorded.get(name)
         if claim.outcome is Outcome.LATE and claim.reason.startswith(UNANSWERED):
             kept = self._unrecorded.setdefault(name, [])
@@ -282,14 +330,21 @@ class Dispatcher:
                 extra={"slot": slot},
             )
 
-    def _request(self, spec: JobSpec, slot: int, *, skip: str | None = None) -> ClaimRequest:
+    def _request(
+        self,
+        spec: JobSpec,
+        slot: int,
+        *,
+        skip: str | None = None,
+        max_late_ms: int | None = None,
+    ) -> ClaimRequest:
         return ClaimRequest(
             job=spec.name,
             slot=slot,
             token=new_token(),
             instance=self.context.instance,
             lease_ms=spec.lease_ms,
-            max_late_ms=spec.max_late_ms,
+            max_late_ms=spec.max_late_ms if max_late_ms is None else max_late_ms,
             overlap=spec.overlap or Overlap.ALLOW,
             attempts=spec.attempts,
             skip_reason=skip,
@@ -336,7 +391,7 @@ class Dispatcher:
 
     def _claiming(self) -> list[asyncio.Task[Any]]:
         """The tasks sending claims now (slots, lanes, backups), for `stop()` to let finish."""
-        kinds = ("anarchon-slot-", "anarchon-lane-", "anarchon-backup-")
+        kinds = ("anarchon-slot-", "anarchon-lane-", "anarchon-backup-", "anarchon-trigger-")
         return [t for t in self.tasks if t.get_name().startswith(kinds)]
 
     async def _backup(

@@ -6,6 +6,7 @@ import threading
 import time
 
 from .._claims import fencing_token
+from .._control import is_triggered_slot
 from .._errors import Fenced
 
 __all__ = ["Run"]
@@ -40,6 +41,12 @@ class Run:
         """F2: an int that grows strictly with (slot, attempt). Hand it to the resource you write,
         and have it refuse writes with a smaller token than it has seen."""
         return fencing_token(self.slot, self.attempt)
+
+    @property
+    def triggered(self) -> bool:
+        """True for a run asked for with ``anarchon trigger`` / `store.trigger()` (X1): its slot is
+        the time of the trigger, not one of the schedule's."""
+        return is_triggered_slot(self.slot)
 
     @property
     def fenced(self) -> bool:

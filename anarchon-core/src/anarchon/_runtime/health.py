@@ -76,6 +76,10 @@ class Health:
     """Jobs whose last claim the store answered with data anarchon cannot read (`StoreCorrupt`:
     a damaged row, key or message), with the error (redacted). The instance is not ready while
     any is listed; a job leaves the list when a claim of it succeeds."""
+    paused: Mapping[str, str] = attrs.field(factory=dict)
+    """Jobs whose last claims the store answered ``skipped: paused`` (P1: paused for the whole
+    fleet with ``anarchon pause``), with that reason; a job leaves the list when a later slot
+    is claimed again. A paused job does not make the instance unready."""
 
     @property
     def live(self) -> bool:

@@ -1,6 +1,6 @@
 """`Scheduler`: every instance schedules every job; the store decides who runs each slot.
 
-Over 400 lines (about 470): it is the public face, for async and sync code alike, and its
+Over 400 lines (about 500): it is the public face, for async and sync code alike, and its
 docstrings (every setting of `job()`, each step of the lifecycle in both) are much of it. The work
 is elsewhere: `dispatcher` (claims and runs), `opening` (the store at start), `snapshot`
 (health), `in_thread` (the scheduler's thread when started from sync code)."""
@@ -55,6 +55,10 @@ class Scheduler:
     `run()` blocks until SIGINT/SIGTERM; async applications use ``async with scheduler:`` (which
     starts and stops it) or ``await scheduler.serve()``; sync ones (gunicorn, uWSGI, Flask,
     threads) call `start()`, which runs it in a background thread, and `shutdown()`.
+
+    trigger_poll (``ANARCHON_TRIGGER_POLL``, default 2 s, 0: off): how often it asks the store
+    for runs triggered with ``anarchon trigger`` (X1) on stores that have them; a triggered run
+    starts within about one poll.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class Scheduler:
         health_port: int | None = None,
         catch_up: str | CatchUp | None = None,
         fail_fast: bool | None = None,
+        trigger_poll: DurationLike | None = None,
         clock: LocalClock | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -85,6 +90,7 @@ class Scheduler:
                 "health_port": health_port,
                 "catch_up": catch_up,
                 "fail_fast": fail_fast,
+                "trigger_poll": trigger_poll,
             },
             environ=environ,
         )
@@ -121,6 +127,7 @@ class Scheduler:
             self.context,
             clock_skew_ms=settings.clock_skew_ms,
             claim_timeout_s=settings.claim_timeout_ms / 1000,
+            trigger_poll_ms=settings.trigger_poll_ms,
         )
         self._stop = asyncio.Event()
         self._stop_requested = False
@@ -478,6 +485,7 @@ class Scheduler:
             store_clock=self.store_clock,
             executions=self.executions,
             last_claims=self.last_claims,
+            paused=self.dispatcher.pauses.paused,
         )
 
     async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:

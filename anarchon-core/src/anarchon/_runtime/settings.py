@@ -60,6 +60,9 @@ class Settings:
     fail_fast: bool = False
     """`start()` fails when the store does not answer within ``start_timeout``; by default it
     starts degraded (not ready) and connects in the background."""
+    trigger_poll_ms: int = 2_000
+    """How often the scheduler asks the store for triggered runs (X1, ``anarchon trigger``),
+    on stores with `Capabilities.trigger`; 0: never (this instance runs no triggered run)."""
 
 
 _DURATIONS = {
@@ -68,7 +71,18 @@ _DURATIONS = {
     "start_timeout": "start_timeout_ms",
     "claim_timeout": "claim_timeout_ms",
 }
-_NAMES = ("store", "instance", "prefix", "health_port", "catch_up", "fail_fast", *_DURATIONS)
+_NAMES = (
+    "store",
+    "instance",
+    "prefix",
+    "health_port",
+    "catch_up",
+    "fail_fast",
+    "trigger_poll",
+    *_DURATIONS,
+)
+MAX_TRIGGER_POLL_MS = 3_600_000
+"""A trigger is claimed within one poll: an hour is already far from "now"."""
 
 
 def _find_file(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
@@ -122,6 +136,13 @@ def load_settings(
             )
         if key in _DURATIONS:
             values[_DURATIONS[key]] = to_ms(value, what=f"{key} (from {source})")
+        elif key == "trigger_poll":
+            values["trigger_poll_ms"] = to_ms(
+                value,
+                what=f"trigger_poll (from {source})",
+                allow_zero=True,
+                most=MAX_TRIGGER_POLL_MS,
+            )
         elif key == "health_port":
             values[key] = _port(value, source)
         elif key == "prefix":

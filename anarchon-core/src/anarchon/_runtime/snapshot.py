@@ -24,6 +24,7 @@ def health_snapshot(
     store_clock: StoreClock,
     executions: Collection[Execution],
     last_claims: Mapping[str, tuple[int, Claim]],
+    paused: Mapping[str, str] | None = None,
 ) -> Health:
     """A scheduler's `Health` from its parts, with monotonic times turned into epoch ms."""
     now_wall, now_mono = time.time(), time.monotonic()
@@ -39,6 +40,7 @@ def health_snapshot(
         store_open=store_open,
         store_reachable=store_health.down_since is None,
         damaged_jobs=dict(store_health.damaged),
+        paused=dict(sorted((paused or {}).items())),
         store_down_since=wall_ms(store_health.down_since),
         last_error=store_health.last_error,
         clock_offset_ms=store_clock.offset_ms,

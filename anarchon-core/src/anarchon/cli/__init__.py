@@ -1,4 +1,5 @@
-"""The `anarchon` command line: run a scheduler, watch a demo, inspect stores and schedules.
+"""The `anarchon` command line: run a scheduler, watch a demo, inspect stores and schedules,
+pause, resume and trigger jobs.
 
 Errors are one line on stderr (``anarchon: error: ...``) with an exit code that says what kind
 of error it was; ``--debug`` shows the traceback instead.
@@ -41,7 +42,8 @@ EXIT_STORE_NOT_SET_UP = 5
 _EPILOG = """\b
 Exit codes:
   0  success
-  1  unexpected error (rerun with --debug for the traceback); certification failed
+  1  unexpected error (rerun with --debug for the traceback); certification failed;
+     trigger --wait: the triggered run did not succeed, or was not decided in time
   2  bad usage or configuration: arguments, cron, time zone, URL, module path, settings
   3  the store could not be reached
   4  the store holds data anarchon cannot read
@@ -187,13 +189,16 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 
 
 def _register() -> None:
-    from . import _certify, _dashboard, _demo, _inspect, _next, _run, _status
+    from . import _certify, _control, _dashboard, _demo, _inspect, _next, _run, _status
 
     cli.add_command(_run.run)
     cli.add_command(_demo.demo)
     cli.add_command(_inspect.backends)
     cli.add_command(_inspect.history)
     cli.add_command(_status.status)
+    cli.add_command(_control.pause)
+    cli.add_command(_control.resume)
+    cli.add_command(_control.trigger)
     cli.add_command(_next.next_slots)
     cli.add_command(_certify.certify)
     cli.add_command(_dashboard.dashboard)

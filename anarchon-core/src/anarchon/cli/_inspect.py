@@ -17,6 +17,7 @@ from rich.table import Table
 
 from .._capabilities import Capabilities
 from .._connect import connect, create_store
+from .._control import is_triggered_slot
 from .._durations import to_ms
 from .._errors import ConfigError
 from .._names import check_name
@@ -33,6 +34,7 @@ __all__ = [
     "in_slot_order",
     "parse_after",
     "parse_since",
+    "slot_text",
 ]
 
 # URLs that build a store without a server, to read its default capabilities (never opened).
@@ -170,6 +172,7 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
         "job": record.job,
         "slot": _iso(record.slot),
         "slot_ms": record.slot,
+        "triggered": is_triggered_slot(record.slot),
         "status": str(record.status),
         "attempt": record.attempt,
         "holder": record.holder,
@@ -178,6 +181,11 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
         "finished_at": _iso(record.finished_at) or None,
         "error": record.error,
     }
+
+
+def slot_text(slot: int) -> str:
+    """A slot as history and status show it: its time, and ``triggered`` for an ad-hoc one (X1)."""
+    return f"{_iso(slot)} triggered" if is_triggered_slot(slot) else _iso(slot)
 
 
 DAMAGED = "damaged"
@@ -235,7 +243,8 @@ def history(
 ) -> None:
     """Show the runs of JOB in the store at URL, newest first.
 
-    Times are UTC. Passwords in URL are never printed. A stored run that cannot be read is
+    Times are UTC; a run asked for with `anarchon trigger` is marked "triggered" (JSON:
+    "triggered": true). Passwords in URL are never printed. A stored run that cannot be read is
     shown with status "damaged", its key and what is wrong, whatever the filters, among the
     others; the command then exits with code 4.
 
@@ -294,7 +303,7 @@ def _print_history(job: str, url: StoreURL, entries: list[RunRecord | DamagedRun
             )
             continue
         table.add_row(
-            _iso(entry.slot),
+            slot_text(entry.slot),
             str(entry.status),
             str(entry.attempt),
             escape(entry.holder),  # stored text: never read as rich markup

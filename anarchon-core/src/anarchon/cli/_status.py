@@ -17,14 +17,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._connect import connect
+from .._control import Pause, is_triggered_slot
 from .._durations import to_ms
 from .._errors import ConfigError, StoreCorrupt
 from .._names import check_name
 from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from .._urls import StoreURL, redact
-from ..abc import ClaimStore, SupportsJobList
+from ..abc import ClaimStore, SupportsJobList, SupportsPause
 from . import configure_logging
-from ._inspect import DAMAGED, _console, _iso, damaged_json, in_slot_order
+from ._inspect import DAMAGED, _console, _iso, damaged_json, in_slot_order, slot_text
 
 __all__ = ["JobStatus", "Snapshot", "damage_of", "read_snapshot", "status"]
 
@@ -48,6 +49,11 @@ class Snapshot:
     store: str
     now_ms: int
     jobs: tuple[JobStatus, ...]
+    pauses: tuple[Pause, ...] = ()
+    """The pauses in force (P1), on stores that keep them."""
+
+    def pause_of(self, job: str) -> Pause | None:
+        return next((p for p in self.pauses if p.job == job), None)
 
 
 async def _job_names(store: ClaimStore, url: StoreURL, chosen: Sequence[str]) -> list[str]:
@@ -67,6 +73,9 @@ async def read_snapshot(
     if not store.capabilities.history:
         raise ConfigError(f"store {url} keeps no run history ({url.scheme}:// has none)")
     names = await _job_names(store, url, jobs)
+    pauses: list[Pause] = []
+    if isinstance(store, SupportsPause) and store.capabilities.pause:
+        pauses = [p for p in await store.pauses() if not jobs or p.job in jobs]
     now = await store.now_ms()
     now_ms = now if now is not None else time.time_ns() // 1_000_000
     result = []
@@ -88,7 +97,7 @@ async def read_snapshot(
                 damaged=tuple(damaged),
             )
         )
-    return Snapshot(store=str(url), now_ms=now_ms, jobs=tuple(result))
+    return Snapshot(store=str(url), now_ms=now_ms, jobs=tuple(result), pauses=tuple(pauses))
 
 
 def damage_of(snapshot: Snapshot) -> StoreCorrupt | None:
@@ -109,20 +118,43 @@ def _lease_left(record: RunRecord, now_ms: int) -> int | None:
     return record.lease_until - now_ms
 
 
+def pause_json(pause: Pause) -> dict[str, Any]:
+    return {
+        "job": pause.job,
+        "since": _iso(pause.since_ms),
+        "until": _iso(pause.until_ms) or None,
+        "until_ms": pause.until_ms,
+        "reason": pause.reason,
+        "by": pause.by,
+    }
+
+
+def pause_text(pause: Pause) -> str:
+    """``paused since ... until ... by ...: reason``, plain text."""
+    until = "resumed" if pause.until_ms is None else _iso(pause.until_ms)
+    text = f"paused since {_iso(pause.since_ms)} until {until}"
+    if pause.by:
+        text += f" by {pause.by}"
+    return text + (f": {pause.reason}" if pause.reason else "")
+
+
 def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "store": snapshot.store,
         "now": _iso(snapshot.now_ms),
         "now_ms": snapshot.now_ms,
+        "paused": [pause_json(p) for p in snapshot.pauses],
         "jobs": [
             {
                 "job": job.job,
+                "paused": None if (p := snapshot.pause_of(job.job)) is None else pause_json(p),
                 "counts": job.counts,
                 "counted_runs": job.counted,
                 "latest": [
                     {
                         "slot": _iso(r.slot),
                         "slot_ms": r.slot,
+                        "triggered": is_triggered_slot(r.slot),
                         "status": str(r.status),
                         "attempt": r.attempt,
                         "winner": r.holder,
@@ -149,9 +181,13 @@ def render(snapshot: Snapshot) -> Group:
     )
     for column in ("job", "slot (UTC)", "status", "attempt", "winner", "lease left", "recent"):
         table.add_column(column, overflow="fold")
-    notes: list[str] = []
+    notes: list[str] = [
+        f"[yellow]paused[/yellow] {escape(p.job)}: {escape(pause_text(p))}" for p in snapshot.pauses
+    ]
     for job in snapshot.jobs:
         recent = ", ".join(f"{n} {s}" for s, n in job.counts.items()) or "no runs"
+        if snapshot.pause_of(job.job) is not None:
+            recent = f"[yellow]paused[/yellow]; {recent}"
         entries = in_slot_order(list(job.latest), list(job.damaged))
         if not entries:
             table.add_row(job.job, "", "", "", "", "", recent)
@@ -177,7 +213,7 @@ def render(snapshot: Snapshot) -> Group:
             style = _STYLES.get(str(r.status), "")
             table.add_row(
                 job.job if first else "",
-                _iso(r.slot),
+                slot_text(r.slot),
                 f"[{style}]{r.status}[/{style}]" if style else str(r.status),
                 str(r.attempt),
                 escape(r.holder),  # stored text: never read as rich markup
@@ -218,7 +254,8 @@ def status(
     window: int,
 ) -> None:
     """Show the jobs in the store at URL: their latest slots with winner, attempt and lease
-    left, and how their recent runs ended. Refreshes until Ctrl-C unless --once or --json.
+    left, and how their recent runs ended, and the paused jobs (`anarchon pause`) with until
+    when and why. Refreshes until Ctrl-C unless --once or --json.
 
     Times are UTC, by the store's clock. Passwords in URL are never printed. A stored run that
     cannot be read is shown with status "damaged", its key and what is wrong, among the others;

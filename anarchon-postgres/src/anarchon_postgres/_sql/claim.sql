@@ -1,13 +1,15 @@
 -- The claim function, <table>_claim(request text, skip_reason text) RETURNS text: one claim in
 -- one round trip (C1, S1, L1-L6, L11). `_function` explains the request, the answer and the
 -- steps, and fills in the placeholders before PostgreSQL gets this text:
---   {claim}, {runs}, {jobs}   the quoted names of the function and tables (see `_names`)
+--   {claim}, {runs}, {jobs}, {pauses}
+--                             the quoted names of the function and tables (see `_names`)
 --   {sweep}                   `_plpgsql.SWEEP_MAX_ROWS`, as a literal
 --   {sweeps_now}              the condition "this claim sweeps" (`_plpgsql.sweeps_now`)
 --   {sweep_job}               the L11 sweep of `sweep.sql`, indented (`_plpgsql.sweep_job`)
---   {answer_*}, {late_reason}, {overlap_reason}
+--   {answer_*}, {late_reason}, {overlap_reason}, {pause_reason}
 --                             the answers and skip reasons (`_function._ANSWERS`), so that the
 --                             answer format (`_plpgsql.ANSWER_FIELDS`) is written once
+--   {paused}                  the condition on a row z of {pauses}: this job's pause, in force
 -- The text from the blank line below to the end is the statement, to the byte: a changed
 -- character is a changed body (bump `_code.FUNCTIONS_VERSION`; a test pins the digest).
 --
@@ -15,7 +17,8 @@
 -- executor to start), which costs a claim about as much as its server time for a row; an
 -- expression that reads none (an assignment, an IF) costs next to nothing. So the body spends
 -- queries only where it must: the usual loss is one query, the usual win four (the read, the
--- lock, the INSERT, which is also the overlap check, the retention seek). A decided skip costs
+-- lock, the INSERT, which is also the overlap check and the pause check (P1), the retention
+-- seek). A decided skip costs
 -- two or three more (the run read FOR UPDATE, the overlap seek naming the slot, the INSERT of the
 -- record), once per slot: later claims read the record before the lock. The request is split in
 -- the query of the read (split_part), and into an array only after it.
@@ -85,17 +88,19 @@ BEGIN
         v_holder := array_to_string(a[13:], ' ');
 
         -- 3. The decision, under the lock (T1: the clock read after it). A claimable slot is
-        -- inserted if absent and, for overlap skip, no other run of the job holds a live lease:
-        -- the usual win is this one statement.
+        -- inserted if absent, the job is not paused (P1: one probe of the pause's key) and, for
+        -- overlap skip, no other run of the job holds a live lease: the usual win is this one
+        -- statement.
         IF (v_floor IS NULL OR v_slot > v_floor) AND v_now - v_slot <= a[5]::bigint
            AND p_skip_reason IS NULL THEN
             INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
                                 lease_until, finished_at, error, keep_until)
                 SELECT a[1], a[2], v_slot, 'running', 1, a[4], v_holder, v_now,
                        v_now + a[8]::bigint, NULL, NULL, a[10]::bigint
-                 WHERE a[6] <> '1' OR NOT EXISTS (
+                 WHERE NOT EXISTS (SELECT 1 FROM {pauses} z WHERE {paused})
+                   AND (a[6] <> '1' OR NOT EXISTS (
                        SELECT 1 FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                          AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot)
+                          AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot))
                 ON CONFLICT (prefix, job, slot) DO NOTHING;
             IF FOUND THEN
                 v_answer := {answer_won};
@@ -122,20 +127,26 @@ BEGIN
                     WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
                 RETURN {answer_interrupted};
             END IF;
-            -- No run: L1, in its order.
+            -- No run: L1, in its order, with P1 before the caller's skip reason.
             IF v_floor IS NOT NULL AND v_slot <= v_floor THEN
                 RETURN {answer_late};  -- forgotten (L11): its run may have been; nothing written
             ELSIF v_now - v_slot > a[5]::bigint THEN
                 v_reason := {late_reason};
-            ELSIF p_skip_reason IS NOT NULL THEN
-                v_reason := p_skip_reason;
-            ELSIF a[6] = '1' THEN
-                -- The INSERT found a live lease: name the slot that holds it. None (it finished
-                -- or was released since): the slot is claimable after all.
-                SELECT {overlap_reason} INTO v_reason
-                  FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
-                   AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
-                 LIMIT 1;
+            ELSE
+                -- P1: a paused job's slot is a skip the store decides, whatever the request says.
+                SELECT {pause_reason} INTO v_reason FROM {pauses} z WHERE {paused};
+                IF v_reason IS NOT NULL THEN
+                    NULL;
+                ELSIF p_skip_reason IS NOT NULL THEN
+                    v_reason := p_skip_reason;
+                ELSIF a[6] = '1' THEN
+                    -- The INSERT found a live lease: name the slot that holds it. None (it
+                    -- finished or was released since): the slot is claimable after all.
+                    SELECT {overlap_reason} INTO v_reason
+                      FROM {runs} x WHERE x.prefix = a[1] AND x.job = a[2]
+                       AND x.status = 'running' AND x.lease_until >= v_now AND x.slot <> v_slot
+                     LIMIT 1;
+                END IF;
             END IF;
             -- Under the job's lock no other claim writes a run of the job: a plain INSERT.
             IF v_reason IS NULL THEN

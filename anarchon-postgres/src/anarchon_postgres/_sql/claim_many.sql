@@ -1,11 +1,14 @@
 -- The batch claim, <table>_claim_many(...): many distinct jobs of one slot in one call.
 -- `_many_function` explains the packed request, the answer rows and the steps, and fills in the
 -- placeholders before PostgreSQL gets this text:
---   {claim_many}, {claim}, {runs}, {jobs}   the quoted names (see `_names`)
+--   {claim_many}, {claim}, {runs}, {jobs}, {pauses}
+--                                           the quoted names (see `_names`)
 --   {sweep}, {sweeps_now}, {sweep_job}      retention, as in `claim.sql`
---   {answer_run}, {late_reason}, {overlap_reason}
+--   {answer_run}, {late_reason}, {overlap_reason}, {pause_reason}
 --                                           the claim function's answer and skip reasons
 --                                           (`_many_function._ANSWERS`)
+--   {paused}                                the condition on a row z of {pauses}: the pause
+--                                           of the request's job, in force
 -- The text from the blank line below to the end is the statement, to the byte: a changed
 -- character is a changed body (bump `_code.FUNCTIONS_VERSION`; a test pins the digest).
 
@@ -123,7 +126,7 @@ BEGIN
     v_now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
 
     -- 3. Every claimable slot the read found no run for: one INSERT (L1: floor, lateness, no
-    -- skip reason, overlap). Under the job locks nobody else can insert these runs (every claim
+    -- pause (P1), no skip reason, overlap). Under the job locks nobody else can insert these runs (every claim
     -- inserts a run under its job's lock), so only a claim that inserted one between the read
     -- and the lock can collide (as for every batch that read before the winning batch of the
     -- same jobs committed): the unique index then refuses it, and the INSERT is made again,
@@ -136,13 +139,16 @@ BEGIN
                v_now + p_lease_ms[q.policy], NULL, NULL, p_keep_until[q.policy]
           FROM unnest(v_job, v_token, v_policy, v_floor, v_absent, v_reason)
                AS q(job, token, policy, job_floor, absent, reason)
+          LEFT JOIN LATERAL (  -- P1: the job's pause in force
+              SELECT true AS found FROM {pauses} z WHERE {paused} LIMIT 1
+          ) pz ON true
           LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
               SELECT true AS found FROM {runs} y
                WHERE p_skip_overlap[q.policy] AND y.prefix = p_prefix AND y.job = q.job
                  AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
                LIMIT 1
           ) o ON true
-         WHERE q.absent AND q.reason IS NULL AND o.found IS NULL
+         WHERE q.absent AND q.reason IS NULL AND pz.found IS NULL AND o.found IS NULL
            AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1);
         GET DIAGNOSTICS v_inserted = ROW_COUNT;
     EXCEPTION WHEN unique_violation THEN
@@ -157,13 +163,17 @@ BEGIN
                WHERE x.prefix = p_prefix AND x.job = q.job AND x.slot = p_slot
                LIMIT 1
           ) e ON true
+          LEFT JOIN LATERAL (  -- P1: the job's pause in force
+              SELECT true AS found FROM {pauses} z WHERE {paused} LIMIT 1
+          ) pz ON true
           LEFT JOIN LATERAL (  -- overlap skip: another live run of the job
               SELECT true AS found FROM {runs} y
                WHERE p_skip_overlap[q.policy] AND y.prefix = p_prefix AND y.job = q.job
                  AND y.status = 'running' AND y.lease_until >= v_now AND y.slot <> p_slot
                LIMIT 1
           ) o ON true
-         WHERE q.absent AND q.reason IS NULL AND o.found IS NULL AND e.found IS NULL
+         WHERE q.absent AND q.reason IS NULL AND pz.found IS NULL AND o.found IS NULL
+           AND e.found IS NULL
            AND v_now - p_slot <= p_max_late_ms[q.policy] AND p_slot > coalesce(q.job_floor, -1);
         GET DIAGNOSTICS v_inserted = ROW_COUNT;
     END;
@@ -171,8 +181,9 @@ BEGIN
         RETURN QUERY SELECT 0, v_now::text || ' ' || array_to_string(v_n, ' ');
     ELSE
         -- 4. The skip records L1 decides for the slots still without a run above the floor
-        -- (S1), in its order: late, the skip reason, overlap, naming a slot that holds a live
-        -- lease. ON CONFLICT: a run written between the read and the lock stays.
+        -- (S1), in its order: late, the job's pause (P1), the skip reason, overlap, naming a
+        -- slot that holds a live lease. ON CONFLICT: a run written between the read and the
+        -- lock stays.
         INSERT INTO {runs} (prefix, job, slot, status, attempt, token, holder, claimed_at,
                             lease_until, finished_at, error, keep_until)
         SELECT p_prefix, s.job, p_slot, 'skipped', 0, s.token, p_holders[s.policy], v_now, NULL,
@@ -180,13 +191,18 @@ BEGIN
           FROM (
             SELECT q.job, q.token, q.policy,
                    CASE WHEN v_now - p_slot > p_max_late_ms[q.policy] THEN {late_reason}
+                        WHEN pz.reason IS NOT NULL THEN pz.reason
                         WHEN q.reason IS NOT NULL THEN q.reason
                         WHEN o.slot IS NOT NULL THEN {overlap_reason} END AS reason
               FROM unnest(v_job, v_token, v_policy, v_floor, v_absent, v_reason)
                    AS q(job, token, policy, job_floor, absent, reason)
+              LEFT JOIN LATERAL (  -- P1: the reason of the job's pause in force
+                  SELECT {pause_reason} AS reason FROM {pauses} z WHERE {paused} LIMIT 1
+              ) pz ON true
               LEFT JOIN LATERAL (  -- overlap skip: a slot of the job that holds a live lease
                   SELECT y.slot FROM {runs} y
                    WHERE v_now - p_slot <= p_max_late_ms[q.policy] AND q.reason IS NULL
+                     AND pz.reason IS NULL
                      AND p_skip_overlap[q.policy]
                      AND y.prefix = p_prefix AND y.job = q.job AND y.status = 'running'
                      AND y.lease_until >= v_now AND y.slot <> p_slot

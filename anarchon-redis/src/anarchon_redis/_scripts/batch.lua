@@ -30,6 +30,24 @@ local function reason_holder(text)
   return string.sub(rest, 1, m), string.sub(rest, m + 1)
 end
 
+-- P1: the skip reason of the job's pause in force at `now` ('paused', or 'paused: <reason>'),
+-- or nil when it has none. `key` is the job's pause hash ({prefix:job}:pause, fields since,
+-- until (epoch ms, or '-' until resumed), reason, by), read only for a slot with no run yet.
+local function paused(key, now)
+  local got = redis.call('HMGET', key, 'until', 'reason')
+  local ends, reason = got[1], got[2]
+  if not ends then return nil end
+  if ends ~= '-' then
+    if not string.match(ends, '^%d+$') then
+      error({err = 'ANARCHON-CORRUPT key ' .. key .. ' field until: not epoch milliseconds '
+        .. 'nor -'})
+    end
+    if now >= tonumber(ends) then return nil end
+  end
+  if reason and reason ~= '' then return 'paused: ' .. reason end
+  return 'paused'
+end
+
 -- (slot, token, holder, max or nil, skip or nil) of an entry of a claim stream: fields slot,
 -- token, holder, in the script strategy's entries max, and in a skip's entry (S1) skip, the
 -- reason the slot is not to run

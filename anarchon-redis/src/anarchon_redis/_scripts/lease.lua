@@ -12,7 +12,8 @@
 -- <n> <holder>|<reason>": no lease, the deciding claim's token and instance, the reason as error.
 -- now is Redis TIME, read once per call (T1); a call is one atomic step for all its jobs (C1).
 --
--- claim, for one job or many (batch.lua): KEYS = the 4 keys of each job; ARGV[1] =
+-- claim, for one job or many (batch.lua): KEYS = the 4 keys of each job and its pause hash
+-- (P1: a slot with no run yet of a paused job is recorded skipped, see paused()); ARGV[1] =
 -- 'claim <history_limit>', ARGV[1 + i] = job i's request:
 --   "<slot> <token> <lease_ms> <max_late_ms> <skip 1|0> <attempts> <keep_until> <m>
 --    <skip_reason><instance>"   (<m>: the length of the caller's skip reason in bytes, 0: none)
@@ -34,7 +35,7 @@ local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (%d+) (.*)$'
 local STATUS = {running = true, succeeded = true, failed = true, interrupted = true,
   skipped = true}
 
-local runs, slots, leases, events -- the keys of the job being decided
+local runs, slots, leases, events, pause -- the keys of the job being decided
 
 local function corrupt(field, what)
   error({err = 'ANARCHON-CORRUPT key ' .. runs .. ' field ' .. field .. ': ' .. what})
@@ -141,6 +142,7 @@ end
 
 local function claim(first, request, limit)
   runs, slots, leases, events = KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
+  pause = KEYS[first + 5]
   local field, token, lease_ms, late_ms, skip, attempts, keep, m, rest = string.match(request,
     CLAIM)
   if not field then error('ANARCHON malformed claim arguments') end
@@ -158,18 +160,20 @@ local function claim(first, request, limit)
       return 'late 0 - - ' .. now_s .. ' ' .. (floor or '-')
     end
     -- S1: a slot decided not to run is recorded skipped, with the reason texts of
-    -- anarchon.backend (late_reason, overlap_reason) or the caller's own
+    -- anarchon.backend (late_reason, overlap_reason), the job's pause (P1, whatever the
+    -- request says) or the caller's own
     local reason
     if now - slot > tonumber(late_ms) then
       reason = 'late: slot is ' .. string.format('%d', now - slot) .. ' ms old, max_late is '
         .. late_ms .. ' ms'
-    elseif skip_reason then
-      reason = skip_reason
-    elseif skip == '1' then
-      local holding = other_live(field)
-      if holding then
-        reason = 'overlap: slot ' .. holding .. " of this job holds a live lease and overlap is "
-          .. "'skip'"
+    else
+      reason = paused(pause, now) or skip_reason
+      if not reason and skip == '1' then
+        local holding = other_live(field)
+        if holding then
+          reason = 'overlap: slot ' .. holding .. " of this job holds a live lease and overlap "
+            .. "is 'skip'"
+        end
       end
     end
     if not n then
@@ -249,5 +253,5 @@ local function lease()
     runs, slots, leases, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
     return update()
   end
-  return each_job(4, claim)
+  return each_job(5, claim)
 end

@@ -1,6 +1,6 @@
 -- anarchon script strategy: for each job, look for the slot among the claims of the last window,
 -- append the claim if there is none, and answer who holds the slot.
--- For one job or many (batch.lua): KEYS = each job's claim stream; ARGV[1] = 'claim
+-- For one job or many (batch.lua): KEYS = each job's claim stream and pause hash; ARGV[1] = 'claim
 -- <window_ms>', ARGV[1 + i] = job i's "<slot> <token> <max_late_ms> <m> <skip_reason><holder>"
 -- (m: the length of the skip reason in bytes, 0 for a claim; a skip's entry has the field skip).
 -- Each job's answer: "<state> <now>[ <token> <holder>]" with state
@@ -13,6 +13,9 @@
 -- time, which would append a second one: it is refused, with nothing written.
 -- A skip (S1) is appended also for a slot older than max_late (within the window): it lets
 -- nobody run the slot, and records why it did not run; only a claim is refused as late.
+-- P1: a claim of a paused job's slot that no entry holds yet appends a skip with the pause's
+-- reason (paused() in batch.lua), whatever the request says, and answers it as found:
+-- "skipped <now> <token> <holder> <reason>".
 --
 -- Each entry also carries `max`, the greatest slot in the stream when it was appended (its own
 -- included), so the scan, newest first, stops at the first entry whose max is below the slot:
@@ -22,7 +25,7 @@ local PAGES = {1, 16, 128}
 local now, now_s -- of the call being served: set by window()
 
 local function claim(first, request, window)
-  local key = KEYS[first + 1]
+  local key, pause = KEYS[first + 1], KEYS[first + 2]
   local field, token, max_late, rest = string.match(request, '^(%d+) (%x+) (%d+) (.*)$')
   if not field then error('ANARCHON malformed claim arguments') end
   local skip, holder = reason_holder(rest)
@@ -51,6 +54,8 @@ local function claim(first, request, window)
   end
   if now - slot > window then return 'forgotten ' .. now_s end
   if not skip and now - slot > tonumber(max_late) then return 'late ' .. now_s end
+  local held = paused(pause, now)
+  if held then skip = held end
   local most = string.format('%d', highest)
   -- Entries older than two windows are trimmed once per window (by the first claim appended in
   -- a window of time later than the newest entry's), not on every append: a trim costs an
@@ -68,6 +73,7 @@ local function claim(first, request, window)
     redis.call('XADD', key, 'MINID', '~', math.max(now - 2 * window, 0), '*',
       'slot', field, 'token', token, 'holder', holder, 'max', most)
   end
+  if held then return found_answer(token, token, holder, held, now_s) end
   return 'added ' .. now_s
 end
 
@@ -77,5 +83,5 @@ local function window()
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   now_s = string.format('%d', now)
-  return each_job(1, claim)
+  return each_job(2, claim)
 end

@@ -7,6 +7,12 @@ lease end (the overlap rule), and the stream ``:events`` records each claim, tak
 finish. Redis runs a script from start to
 end before anything else, so every decision is one atomic step (C1).
 
+P1: the claim script takes the job's pause hash (``{prefix:job}:pause``) as a fifth key and,
+for a slot with no run yet, reads it in the same call: a paused job's slot is recorded
+``skipped`` (``paused``, or ``paused: <reason>``) whatever the request says; a late slot is
+still recorded late. Runs that exist go on (renew, finish, takeover). Triggered slots (X1) are
+claimed by this same script: nothing in it assumes a slot is on a whole second.
+
 A claim is one EVALSHA (or FCALL) packed by hand (`ScriptedStrategy`); `claim_many` sends the
 same script with up to `BATCH` jobs per call, so the decisions of a batch are those of single
 claims, made by the same code. The store forwards renew, finish, release and check here
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["LEASE", "LeaseStrategy"]
 
 LEASE = Script("lease.lua", claims=True, entry="lease")
-CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True)
+CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
 
 
 class LeaseStrategy(ScriptedStrategy):
@@ -67,7 +73,7 @@ class LeaseStrategy(ScriptedStrategy):
 
     name = "lease"
     run_key = "runs"
-    keys_per_job = 4
+    keys_per_job = 5
 
     def __init__(self, options: RedisOptions) -> None:
         super().__init__(options)
@@ -82,7 +88,7 @@ class LeaseStrategy(ScriptedStrategy):
         self.functions = await LEASE.load_function(link.client)
 
     def _script_keys(self, keys: JobKeys) -> list[str]:
-        return keys.lease_keys()
+        return [*keys.lease_keys(), keys.pause]
 
     def _ask(self, request: ClaimRequest) -> str:
         r = request

@@ -8,6 +8,13 @@ A skip (S1) is appended as a claim would be, with the field ``skip`` (the reason
 the writer and for every claim that finds the entry. A skip is appended for a slot older than
 max_late too (within the window): it lets nobody run the slot and records why it did not run.
 
+P1 and X1 (``pause=True``, ``trigger=True``): the job's pause hash ``{prefix:job}:pause`` is the
+script's second key, read in the same call when no entry holds the slot yet: a paused job's slot
+is appended as a skip (``paused``, ``paused: <reason>``) whatever the request says. A triggered
+slot (any millisecond, never a whole second) is claimed like a scheduled one: the scan does not
+assume slots arrive in order (each entry's ``max``), so an ad-hoc slot claimed after a later
+scheduled one is still found, and it is remembered for one window like any claim.
+
 C5: a claim is found for one window after it is appended, so the script refuses (by Redis
 ``TIME``, the clock lateness is judged by) a claim appended earlier than
 ``slot + max_late - window_ms``: `anarchon.backend.early_claim_error` is raised, and nothing is
@@ -22,6 +29,7 @@ from typing import TYPE_CHECKING
 from anarchon.backend import Claim, ClaimRequest, Outcome, StoreCorrupt
 
 from .._client import Script
+from .._keys import JobKeys
 from .._wire import bulk
 from .streams import StreamStrategy, answered, refuse_early, skip_tail
 
@@ -38,6 +46,9 @@ class ScriptStrategy(StreamStrategy):
     """No-lease: a windowed scan and append in one script."""
 
     name = "script"
+    keys_per_job = 2
+    pause = True
+    trigger = True
 
     def __init__(self, options: RedisOptions) -> None:
         super().__init__(options)
@@ -49,6 +60,9 @@ class ScriptStrategy(StreamStrategy):
 
     async def setup(self, link: Link) -> None:
         self.functions = await WINDOW.load_function(link.client)
+
+    def _script_keys(self, keys: JobKeys) -> list[str]:
+        return [keys.claims, keys.pause]
 
     def _ask(self, request: ClaimRequest) -> str:
         return f"{request.slot} {request.token} {request.max_late_ms} {skip_tail(request)}"

@@ -161,6 +161,14 @@ class StreamStrategy(ScriptedStrategy):
 
     batch = True
     """The strategy has a `claim_many` (`SupportsClaimMany`)."""
+    pause = False
+    """P1: the claim reads the job's pause in its atomic step. Only ``script`` can: the claim of
+    stream-id and idmp is a bare ``XADD``, which reads nothing first."""
+    trigger = False
+    """X1: triggered slots are claimed and recorded as scheduled ones are. ``script`` (its scan
+    finds a slot whatever order slots arrive in). Not stream-id: Redis refuses an entry ID below
+    the stream's top, so an ad-hoc slot claimed after the next scheduled one would always be
+    ``late``. Not offered by idmp for now, though ``XADD ... IDMP`` would take any slot."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -173,6 +181,8 @@ class StreamStrategy(ScriptedStrategy):
             store_clock=True,
             skips=True,
             batch=self.batch,
+            pause=self.pause,
+            trigger=self.trigger,
             remembers_ms=self.remembers_ms,
         )
 

@@ -14,12 +14,14 @@ from .isolation import IsolationTests
 from .leases import LeaseTests
 from .ledger import LedgerTests
 from .memory_rule import MemoryRuleTests
+from .pause import PauseTests
 from .prepare import PrepareTests
 from .read_only import ReadOnlyTests
 from .reconnect import ReconnectTests
 from .setup import SetupTests
 from .single_winner import SingleWinnerTests
 from .stateful import StatefulTests
+from .trigger import TriggerTests
 
 __all__ = [
     "ClockTests",
@@ -31,12 +33,14 @@ __all__ = [
     "LeaseTests",
     "LedgerTests",
     "MemoryRuleTests",
+    "PauseTests",
     "PrepareTests",
     "ReadOnlyTests",
     "ReconnectTests",
     "SetupTests",
     "SingleWinnerTests",
     "StatefulTests",
+    "TriggerTests",
 ]
 
 
@@ -55,5 +59,7 @@ class ConformanceSuite(
     PrepareTests,
     SetupTests,
     ReadOnlyTests,
+    PauseTests,
+    TriggerTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""
