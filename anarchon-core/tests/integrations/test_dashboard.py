@@ -8,6 +8,8 @@ also writes the docs' screenshot, ``docs/assets/dashboard.png``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import os
 import re
 import selectors
@@ -16,18 +18,22 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import anarchon
+import anarchon.abc
 from anarchon import ClaimRequest, Outcome, RunStatus
 from anarchon.cli import cli
 from anarchon.cli._inspect import _iso
@@ -160,27 +166,51 @@ class Dashboard:
         self.address = address
 
 
-def _address_line(proc: subprocess.Popen[str], timeout: float = 30) -> str:
-    """Read stderr until the line with the address the dashboard serves on, with a deadline."""
+_UNREAD: dict[int, bytes] = {}
+"""Per process id: what `_line` read from its stderr past the line it returned."""
+
+
+def _line(proc: subprocess.Popen[str], pattern: str, timeout: float = 30) -> str:
+    """Read stderr until a line matching `pattern` (its match), with a deadline. Reads the raw
+    pipe (what it reads past that line is kept for the next call and `_rest`)."""
     assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    pending = _UNREAD.pop(proc.pid, b"")
     selector = selectors.DefaultSelector()
-    selector.register(proc.stderr, selectors.EVENT_READ)
+    selector.register(fd, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
     seen = []
     try:
-        while time.monotonic() < deadline:
+        while True:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                seen.append(line.decode())
+                found = re.search(pattern, seen[-1])
+                if found:
+                    _UNREAD[proc.pid] = pending
+                    return found[0]
+            if time.monotonic() >= deadline:
+                break
             if not selector.select(timeout=deadline - time.monotonic()):
                 continue
-            line = proc.stderr.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            seen.append(line)
-            found = re.search(r"http://127\.0\.0\.1:\d+/", line)
-            if found:
-                return found[0]
+            pending += chunk
     finally:
         selector.close()
-    raise AssertionError(f"the dashboard did not start: {''.join(seen)!r}")
+    raise AssertionError(f"the dashboard did not say {pattern!r}: {seen!r}")
+
+
+def _rest(proc: subprocess.Popen[str]) -> str:
+    """Everything on `proc`'s stderr after what `_line` returned, once it has exited."""
+    assert proc.stderr is not None
+    return _UNREAD.pop(proc.pid, b"").decode() + proc.stderr.read()
+
+
+def _address_line(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+    """Read stderr until the line with the address the dashboard serves on, with a deadline."""
+    return _line(proc, r"http://127\.0\.0\.1:\d+/", timeout)
 
 
 @pytest.fixture
@@ -235,7 +265,11 @@ def _wait(
     driver: WebDriver, condition: Callable[[WebDriver], bool], timeout: float = 20, what: str = ""
 ) -> None:
     """Wait until `condition` holds on the page, failing after `timeout` seconds."""
-    WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, what)
+    # The page swaps its content in place every refresh: an element found a moment ago may be
+    # gone; the condition is tried again.
+    WebDriverWait(
+        driver, timeout, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    ).until(condition, what)
 
 
 @pytest.mark.processes
@@ -405,7 +439,334 @@ def test_the_store_password_never_reaches_the_page(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+        rest = _rest(proc)
         assert proc.stderr is not None
-        rest = proc.stderr.read()
         proc.stderr.close()
     assert SECRET not in rest
+
+
+# -- controls (--allow-control) ----------------------------------------------------------------
+
+TOKEN = "a-token-of-the-tests-0123456789"
+
+
+@contextlib.contextmanager
+def _serve(
+    cwd: Path, url: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """An ``anarchon dashboard`` process on a free port, and its address; stopped at the end."""
+    command = [sys.executable, "-m", "anarchon.cli", "dashboard", url, "--port", "0", *args]
+    environment = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE, text=True, env=environment)
+    try:
+        yield proc, _address_line(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _http(
+    address: str, method: str, path: str, *, cookie: str = "", form: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
+    """One request, redirects not followed: (status, headers, body)."""
+    parts = urllib.parse.urlsplit(address)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
+    headers = {"Cookie": cookie} if cookie else {}
+    body = None
+    if form is not None:
+        body = urllib.parse.urlencode(form)
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        conn.close()
+
+
+async def _pauses(db: Path) -> list[anarchon.Pause]:
+    async with anarchon.connect(f"sqlite:///{db}") as store:
+        assert isinstance(store, anarchon.abc.SupportsPause)
+        return await store.pauses()
+
+
+async def _triggers(db: Path) -> list[anarchon.Trigger]:
+    async with anarchon.connect(f"sqlite:///{db}") as store:
+        assert isinstance(store, anarchon.abc.SupportsTrigger)
+        return await store.triggers(0)
+
+
+def _row(driver: WebDriver, job: str) -> WebElement:
+    return driver.find_element(By.CSS_SELECTOR, f"tr.job[data-job='{job}']")
+
+
+def _state(driver: WebDriver, job: str) -> tuple[str, list[str]]:
+    """A job row's pause badge (or "") and button labels, read in one step in the page (its
+    content is swapped in place every refresh, so elements found one by one can go stale)."""
+    badge, buttons = driver.execute_script(
+        """
+        var row = document.querySelector("tr.job[data-job='" + arguments[0] + "']");
+        var badge = row.querySelector(".badge.paused");
+        var buttons = Array.from(row.querySelectorAll("button"), function (b) {
+          return b.textContent.trim();
+        });
+        return [badge ? badge.textContent.trim() : "", buttons];
+        """,
+        job,
+    )
+    return badge, buttons
+
+
+def _retrying(act: Callable[[], None], timeout: float = 20) -> None:
+    """Do `act` on the page, again if the refresh swapped its elements away meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            act()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+
+
+def _click(driver: WebDriver, job: str, label: str) -> None:
+    _retrying(
+        lambda: _row(driver, job).find_element(By.XPATH, f".//button[text()='{label}']").click()
+    )
+
+
+@pytest.mark.processes
+def test_without_allow_control_pauses_show_but_nothing_changes_the_store(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    db = tmp_path / "anarchon.db"
+    asyncio.run(_write_runs(db, time.time_ns() // 1_000_000))
+
+    async def pause_by_cli() -> None:
+        async with anarchon.connect(f"sqlite:///{db}") as store:
+            assert isinstance(store, anarchon.abc.SupportsPause)
+            await store.pause("report", reason="deploy freeze", by="ops@laptop")
+
+    asyncio.run(pause_by_cli())
+    with _serve(tmp_path, "sqlite:///anarchon.db", "--refresh", "1s") as (_, address):
+        browser.get(address)
+        badge = _row(browser, "report").find_element(By.CSS_SELECTOR, ".badge.paused")
+        assert badge.text == "paused until resumed by ops@laptop: deploy freeze"
+        assert not _row(browser, "legacy").find_elements(By.CSS_SELECTOR, ".badge")
+        assert not browser.find_elements(By.TAG_NAME, "form")
+        assert not browser.find_elements(By.TAG_NAME, "button")
+        assert "read-only" in browser.find_element(By.TAG_NAME, "footer").text
+        for path in ("/control/pause", "/control/resume", "/control/trigger"):
+            status, _, _ = _http(address, "POST", path, form={"job": "report"})
+            assert status == 404, path
+        assert _http(address, "GET", f"/login?token={TOKEN}")[0] == 404
+    assert [p.job for p in asyncio.run(_pauses(db))] == ["report"]
+    assert asyncio.run(_triggers(db)) == []
+
+
+@pytest.mark.processes
+def test_pause_resume_and_trigger_from_the_page(tmp_path: Path, browser: WebDriver) -> None:
+    db = tmp_path / "anarchon.db"
+    asyncio.run(_write_runs(db, time.time_ns() // 1_000_000))
+    (tmp_path / "app.py").write_text(APP, encoding="utf-8")
+    args = ("--app", "app:scheduler", "--refresh", "1s", "--allow-control")
+    with _serve(tmp_path, "sqlite:///anarchon.db", *args) as (proc, address):
+        link = _line(proc, r"http://127\.0\.0\.1:\d+/login\?token=\S+")
+        driver = browser
+
+        # Not signed in: the page says how to sign in, and shows no button.
+        driver.get(address)
+        assert "not signed in" in driver.find_element(By.ID, "control-note").text
+        assert not driver.find_elements(By.TAG_NAME, "button")
+
+        # The printed link signs in and leaves the token out of the address bar.
+        driver.get(link)
+        _wait(driver, lambda d: d.current_url == address, what="the redirect to the page")
+        token = link.rsplit("=", 1)[1]
+        assert token not in driver.page_source
+        assert not driver.find_elements(By.ID, "control-note")
+        rows = set(
+            driver.execute_script(
+                "return Array.from(document.querySelectorAll('tr.job'), r => r.dataset.job);"
+            )
+        )
+        assert rows == {"report", "backup", "legacy"}
+        for job in rows:
+            assert _state(driver, job) == ("", ["Pause", "Trigger now"]), job
+
+        # Pause report for an hour, with a reason.
+        def fill_in_and_pause() -> None:
+            row = _row(driver, "report")
+            row.find_element(By.NAME, "reason").send_keys("deploy freeze")
+            # While the form has the focus the page does not swap its content.
+            Select(row.find_element(By.NAME, "until")).select_by_visible_text("for 1 h")
+            row.find_element(By.XPATH, ".//button[text()='Pause']").click()
+
+        before = time.time_ns() // 1_000_000
+        _retrying(fill_in_and_pause)
+        _wait(
+            driver,
+            lambda d: d.find_element(By.ID, "flash").text.startswith("Paused report until "),
+            what="the flash of the pause",
+        )
+        badge, buttons = _state(driver, "report")
+        assert re.fullmatch(r"paused until \S+ \S+Z by dashboard:\S+@\S+: deploy freeze", badge), (
+            badge
+        )
+        assert buttons == ["Resume", "Trigger now"]
+        after = time.time_ns() // 1_000_000
+        (pause,) = asyncio.run(_pauses(db))
+        assert pause.job == "report" and pause.reason == "deploy freeze"
+        assert pause.by.startswith("dashboard:") and "@" in pause.by
+        assert pause.until_ms is not None
+        assert before + 3_600_000 - 5_000 <= pause.until_ms <= after + 3_600_000 + 5_000
+
+        # The flash is shown once: a reload no longer has it.
+        driver.get(address)
+        assert not driver.find_elements(By.ID, "flash")
+
+        # Resume.
+        _click(driver, "report", "Resume")
+        _wait(
+            driver,
+            lambda d: "Resumed report" in d.find_element(By.ID, "flash").text,
+            what="the flash of the resume",
+        )
+        assert _state(driver, "report") == ("", ["Pause", "Trigger now"])
+        assert asyncio.run(_pauses(db)) == []
+
+        # Trigger now.
+        _click(driver, "backup", "Trigger now")
+        _wait(
+            driver,
+            lambda d: "Triggered backup" in d.find_element(By.ID, "flash").text,
+            what="the flash of the trigger",
+        )
+        (made,) = asyncio.run(_triggers(db))
+        assert made.job == "backup" and made.by.startswith("dashboard:")
+        assert _iso(made.slot) in driver.find_element(By.ID, "flash").text
+
+        # A pause made elsewhere shows on the next refresh, without a reload.
+        driver.execute_script("window.notReloaded = true;")
+
+        async def pause_elsewhere() -> None:
+            async with anarchon.connect(f"sqlite:///{db}") as store:
+                assert isinstance(store, anarchon.abc.SupportsPause)
+                await store.pause("legacy", reason="retired", by="ops@laptop")
+
+        asyncio.run(pause_elsewhere())
+        _wait(
+            driver,
+            lambda d: "retired" in _state(d, "legacy")[0],
+            what="the badge of a pause made by another tool",
+        )
+        assert driver.execute_script("return window.notReloaded === true;")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert token not in _rest(proc), "the token is printed once, in the link only"
+
+
+@pytest.mark.processes
+def test_a_wrong_or_missing_token_or_form_field_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "anarchon.db"
+    asyncio.run(_write_runs(db, time.time_ns() // 1_000_000))
+    env = {"ANARCHON_DASHBOARD_TOKEN": TOKEN}
+    args = ("--job", "report", "--allow-control")
+    with _serve(tmp_path, "sqlite:///anarchon.db", *args, env=env) as (proc, address):
+        link = _line(proc, r"sign in to the controls at .*")
+        assert TOKEN not in link and link.endswith("login?token=<your token>")
+
+        status, _, body = _http(address, "GET", "/login?token=wrong-token-0123456789")
+        assert status == 403 and "Wrong or missing token" in body
+        assert _http(address, "GET", "/login")[0] == 403
+        status, headers, _ = _http(address, "GET", f"/login?token={TOKEN}")
+        assert status == 303
+        cookie = headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and TOKEN not in cookie
+        session = cookie.split(";", 1)[0]
+
+        status, _, page = _http(address, "GET", "/", cookie=session)
+        assert status == 200 and TOKEN not in page
+        csrf = re.search(r'name="csrf" value="(\w+)"', page)
+        assert csrf is not None
+        good = {"csrf": csrf[1], "job": "report", "reason": "", "until": ""}
+
+        # No session cookie, a wrong one, a missing or wrong form field: 403, nothing written.
+        for cookie_sent, form in (
+            ("", good),
+            ("anarchon_control=forged", good),
+            (session, {**good, "csrf": ""}),
+            (session, {**good, "csrf": "0" * 64}),
+        ):
+            status, _, body = _http(
+                address, "POST", "/control/pause", cookie=cookie_sent, form=form
+            )
+            assert status == 403, (cookie_sent, form)
+        assert asyncio.run(_pauses(db)) == []
+
+        # Bad input: 400, saying what was wrong.
+        status, _, body = _http(
+            address, "POST", "/control/pause", cookie=session, form={**good, "until": "soon"}
+        )
+        assert status == 400 and "--until &#x27;soon&#x27;" in body
+        status, _, body = _http(
+            address, "POST", "/control/trigger", cookie=session, form={**good, "job": "no job"}
+        )
+        assert status == 400 and "job name" in body
+
+        # The right cookie and field: done, and the page shows it.
+        status, headers, _ = _http(address, "POST", "/control/pause", cookie=session, form=good)
+        assert status == 303 and headers["location"] == "../"
+        assert [p.job for p in asyncio.run(_pauses(db))] == ["report"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert TOKEN not in _rest(proc)
+
+
+@pytest.mark.services
+@pytest.mark.processes
+def test_a_store_that_cannot_pause_shows_no_button_and_refuses_with_400(tmp_path: Path) -> None:
+    """NATS keeps run history (so the dashboard serves it) but cannot pause or trigger."""
+    import secrets
+
+    url = f"nats://127.0.0.1:4222?prefix=dash{secrets.token_hex(4)}"
+
+    async def one_run() -> None:
+        async with anarchon.connect(url) as store:
+            now = time.time_ns() // 1_000_000
+            slot = now - now % 60_000
+            request = ClaimRequest(job="report", slot=slot, instance="h", max_late_ms=MINUTE)
+            assert (await store.claim(request)).outcome is Outcome.WON
+
+    asyncio.run(one_run())
+    env = {"ANARCHON_DASHBOARD_TOKEN": TOKEN}
+    args = ("--job", "report", "--allow-control")
+    with _serve(tmp_path, url, *args, env=env) as (_, address):
+        session = _http(address, "GET", f"/login?token={TOKEN}")[1]["set-cookie"].split(";")[0]
+        status, _, page = _http(address, "GET", "/", cookie=session)
+        assert status == 200
+        assert "this store cannot pause or trigger" in page and "<button" not in page
+        assert 'name="csrf"' not in page
+        # No form on the page: post what one would carry (the field every session's forms get).
+        from anarchon.dashboard._control import _derive
+
+        form = {"csrf": _derive(TOKEN, "anarchon-dashboard-csrf"), "job": "report"}
+        for action in ("pause", "trigger"):
+            status, _, body = _http(
+                address, "POST", f"/control/{action}", cookie=session, form=form
+            )
+            assert status == 400, action
+            assert f"cannot {action}" in body.lower()
+
+
+def test_control_token_needs_allow_control_and_a_long_enough_token(tmp_path: Path) -> None:
+    code, output = _invoke(f"sqlite:///{tmp_path}/x.db", "--control-token", TOKEN)
+    assert code == 2 and "needs --allow-control" in output
+    code, output = _invoke(
+        f"sqlite:///{tmp_path}/x.db", "--allow-control", "--control-token", "short"
+    )
+    assert code == 2 and "at least 16 characters" in output
+    assert "short" not in output.replace("--control-token must", "")

@@ -1,4 +1,5 @@
-"""``anarchon dashboard URL``: serve a read-only web page over the store (``anarchon[dashboard]``).
+"""``anarchon dashboard URL``: serve a web page over the store (``anarchon[dashboard]``):
+read-only, unless ``--allow-control`` adds pause, resume and trigger behind a token.
 
 Starlette, uvicorn and Jinja2 are imported only when the command runs, so the rest of the CLI
 works without the extra.
@@ -7,8 +8,10 @@ works without the extra.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import secrets
 import signal
 import socket
 from typing import TYPE_CHECKING
@@ -22,6 +25,7 @@ from .._names import check_name
 from .._urls import StoreURL
 from ..abc import SupportsJobList
 from . import CliError, configure_logging
+from ._control import by_whom
 
 if TYPE_CHECKING:
     from .._runtime.interval import JobSchedule
@@ -111,6 +115,20 @@ def _schedules(target: str | None) -> dict[str, JobSchedule]:
     is_flag=True,
     help="Serve on a non-loopback --host. The page has no login: put your own in front.",
 )
+@click.option(
+    "--allow-control",
+    is_flag=True,
+    help="Add Pause, Resume and Trigger now buttons, for browsers signed in with the token. "
+    "The store is then also opened for writing.",
+)
+@click.option(
+    "--control-token",
+    envvar="ANARCHON_DASHBOARD_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="The token of --allow-control (at least 16 characters; env ANARCHON_DASHBOARD_TOKEN). "
+    "Default: a random one, printed once in the sign-in link.",
+)
 @click.pass_context
 def dashboard(
     ctx: click.Context,
@@ -122,6 +140,8 @@ def dashboard(
     refresh: str,
     slots: int,
     allow_remote: bool,
+    allow_control: bool,
+    control_token: str | None,
 ) -> None:
     """Serve a read-only web page over the store at URL: jobs and their next slots, a timeline
     of recent slots coloured by outcome, the instances seen in recent runs, the last errors. The
@@ -132,6 +152,10 @@ def dashboard(
 
     The store is opened read-only: nothing is created or changed, and read rights are enough;
     a store that holds no anarchon data there is refused, naming where it looked (exit 5).
+
+    With --allow-control the page also pauses, resumes and triggers jobs (where the store can),
+    through a second, writable connection. It needs a token: the sign-in link printed at start
+    carries it (or give your own with --control-token or ANARCHON_DASHBOARD_TOKEN).
     """
     configure_logging(ctx, "WARNING")
     parsed = StoreURL.parse(url)
@@ -146,10 +170,15 @@ def dashboard(
             "who can reach it sees your jobs and their errors. Serve on 127.0.0.1 (the default) "
             "and reach it through an SSH tunnel, or add --allow-remote behind your own proxy"
         )
+    if control_token is not None and not allow_control:
+        raise CliError("--control-token (or ANARCHON_DASHBOARD_TOKEN) needs --allow-control")
+    generated = allow_control and not control_token
+    token = secrets.token_urlsafe(24) if generated else (control_token or "")
     try:
         import uvicorn
 
-        from ..dashboard import DashboardSettings, create_app
+        from ..dashboard import DashboardControl, DashboardSettings, create_app
+        from ..dashboard._control import MIN_TOKEN_CHARS, dashboard_by
     except ImportError as exc:
         raise CliError(
             f"`anarchon dashboard` needs the dashboard extra ({exc.name or exc} is missing): "
@@ -159,10 +188,16 @@ def dashboard(
     settings = DashboardSettings(
         url=parsed, jobs=jobs, schedules=schedules, refresh_ms=refresh_ms, slots=slots
     )
+    if allow_control and len(token) < MIN_TOKEN_CHARS:
+        raise CliError(
+            f"--control-token must be at least {MIN_TOKEN_CHARS} characters; leave it out to "
+            "have a random one generated"
+        )
     sock = _listen(host, port)
 
     async def serve() -> None:
-        async with connect(parsed, read_only=True) as store:
+        async with contextlib.AsyncExitStack() as stack:
+            store = await stack.enter_async_context(connect(parsed, read_only=True))
             if not store.capabilities.history:
                 raise ConfigError(
                     f"store {parsed} keeps no run history ({parsed.scheme}:// has none)"
@@ -172,17 +207,34 @@ def dashboard(
                     f"{parsed.scheme}:// cannot list its jobs; name them with --job JOB "
                     "(repeatable) or --app module:scheduler"
                 )
+            control = None
+            if allow_control:
+                # Opened after the read-only one has found anarchon's data: a typo in URL is
+                # refused there, and never creates a store here.
+                writable = await stack.enter_async_context(connect(parsed))
+                control = DashboardControl(
+                    store=writable, url=parsed, token=token, by=dashboard_by(by_whom())
+                )
             config = uvicorn.Config(
-                create_app(store, settings), log_level="warning", access_log=False, lifespan="off"
+                create_app(store, settings, control),
+                log_level="warning",
+                access_log=False,  # the sign-in link's query holds the token
+                lifespan="off",
             )
             server = uvicorn.Server(config)
             bound_host, bound_port = sock.getsockname()[:2]
             shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+            address = f"http://{shown_host}:{bound_port}/"
+            mode = "controls on" if allow_control else "read-only"
             click.echo(
-                f"anarchon dashboard: serving {parsed} on http://{shown_host}:{bound_port}/ "
-                "(read-only; Ctrl-C stops it)",
+                f"anarchon dashboard: serving {parsed} on {address} ({mode}; Ctrl-C stops it)",
                 err=True,
             )
+            if control is not None:
+                if not (control.can_pause or control.can_trigger):
+                    log.warning("store %s can neither pause nor trigger: no button shows", parsed)
+                link = f"{address}login?token={token if generated else '<your token>'}"
+                click.echo(f"anarchon dashboard: sign in to the controls at {link}", err=True)
             if not is_loopback(host):
                 log.warning(
                     "serving on %s, reachable from the network; the page has no login", host

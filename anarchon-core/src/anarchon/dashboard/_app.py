@@ -1,8 +1,9 @@
 """The dashboard's web app (Starlette): one page, the fragment it refreshes itself with, its CSS.
 
-Read-only: every route is a GET that reads the store. Controls (pause, resume, trigger) are a
-later feature; they will be POST routes added through `control_routes`, behind an explicit
-``--allow-control`` and a token, and nothing else here changes for them.
+Read-only: every route here is a GET that reads the store. The controls (pause, resume,
+trigger) are POST routes added by `control_routes` (``_control.py``) only when the app is given a
+`DashboardControl` (``--allow-control``); the page then shows their forms to a browser signed in
+with the token.
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ from .._errors import AnarchonError
 from .._runtime.interval import JobSchedule
 from .._urls import StoreURL, redact
 from ..abc import ClaimStore
+from ._control import (
+    FLASH_COOKIE,
+    UNTIL_CHOICES,
+    DashboardControl,
+    control_routes,
+    take_flash,
+)
 from ._view import LEGEND, DashboardView, read_view
 
-__all__ = ["DashboardSettings", "control_routes", "create_app"]
+__all__ = ["DashboardControl", "DashboardSettings", "control_routes", "create_app"]
 
 DEFAULT_SLOTS = 30
 
@@ -46,15 +54,6 @@ class DashboardSettings:
     """How many recent slots each job's timeline shows."""
 
 
-def control_routes(settings: DashboardSettings) -> list[BaseRoute]:
-    """The routes that change the store: none yet.
-
-    The seam for pause, resume and trigger: they will be returned here only when the dashboard
-    runs with ``--allow-control`` and a token, and each will check the token. Everything else in
-    the dashboard is read-only, and stays so."""
-    return []
-
-
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("anarchon.dashboard", "templates"),
@@ -65,8 +64,11 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def create_app(store: ClaimStore, settings: DashboardSettings) -> Starlette:
-    """The dashboard over an open `store` (the caller opens and closes it).
+def create_app(
+    store: ClaimStore, settings: DashboardSettings, control: DashboardControl | None = None
+) -> Starlette:
+    """The dashboard over an open `store` (the caller opens and closes it), with the controls of
+    `control` if given (its store opened for writing; see `control_routes`).
 
     ``GET /`` is the page, ``GET /content`` the part of it that the page's script fetches every
     `refresh_ms` (without JavaScript the page reloads itself instead), ``GET /dashboard.css``
@@ -78,7 +80,7 @@ def create_app(store: ClaimStore, settings: DashboardSettings) -> Starlette:
     css = resources.files("anarchon.dashboard").joinpath("static/dashboard.css").read_bytes()
     reading = asyncio.Lock()  # one read at a time, however many tabs are open
 
-    async def render(template: jinja2.Template) -> Response:
+    async def render(template: jinja2.Template, request: Request, flash: str = "") -> Response:
         view: DashboardView | None = None
         problem = None
         async with reading:
@@ -100,15 +102,23 @@ def create_app(store: ClaimStore, settings: DashboardSettings) -> Starlette:
             refresh_ms=settings.refresh_ms,
             refresh_s=f"{settings.refresh_ms / 1000:g}",
             version=__version__,
+            control_on=control is not None,
+            controls=control if control is not None and control.signed_in(request) else None,
+            until_choices=UNTIL_CHOICES,
+            flash=flash,
         )
         headers = {"Cache-Control": "no-store"}
         return HTMLResponse(html, status_code=503 if problem else 200, headers=headers)
 
     async def show_page(request: Request) -> Response:
-        return await render(page)
+        flash = take_flash(request) if control is not None else ""
+        response = await render(page, request, flash)
+        if flash:
+            response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
 
     async def show_content(request: Request) -> Response:
-        return await render(content)
+        return await render(content, request)
 
     async def show_css(request: Request) -> Response:
         return Response(css, media_type="text/css", headers={"Cache-Control": "no-cache"})
@@ -117,6 +127,6 @@ def create_app(store: ClaimStore, settings: DashboardSettings) -> Starlette:
         Route("/", show_page, methods=["GET"]),
         Route("/content", show_content, methods=["GET"]),
         Route("/dashboard.css", show_css, methods=["GET"]),
-        *control_routes(settings),
+        *control_routes(control),
     ]
     return Starlette(routes=list(routes))

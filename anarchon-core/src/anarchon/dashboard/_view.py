@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from .._claims import MAX_SLOT_MS, skip_kind
+from .._control import Pause
 from .._runs import DamagedRun, RunRecord, RunStatus
 from .._runtime.interval import JobSchedule
 from .._urls import StoreURL, redact
-from ..abc import ClaimStore, SupportsJobList
+from ..abc import ClaimStore, SupportsJobList, SupportsPause
 from ..cli._inspect import DAMAGED, _iso, in_slot_order
 from ..cli._status import Snapshot, read_snapshot
 
@@ -26,6 +27,7 @@ __all__ = [
     "InstanceSeen",
     "JobView",
     "NextSlot",
+    "PauseBadge",
     "build_view",
     "read_view",
 ]
@@ -77,6 +79,17 @@ class NextSlot:
 
 
 @attrs.frozen(kw_only=True)
+class PauseBadge:
+    """A job's pause in force, as its badge shows it."""
+
+    until: str
+    """``until resumed`` or ``until 2026-01-01 10:00:00 UTC``."""
+    by: str
+    reason: str
+    since: str
+
+
+@attrs.frozen(kw_only=True)
 class JobView:
     name: str
     schedule: str | None
@@ -87,6 +100,8 @@ class JobView:
     """Oldest slot first, so the timeline reads left to right."""
     counts: tuple[tuple[str, int], ...]
     counted: int
+    pause: PauseBadge | None = None
+    """Its pause in force (read with `SupportsPause.pauses`, which read-only stores allow)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -209,11 +224,24 @@ def _errors(snapshot: Snapshot) -> tuple[ErrorLine, ...]:
     return tuple(line for _, line in found[:_MAX_ERRORS])
 
 
-def build_view(snapshot: Snapshot, schedules: Mapping[str, JobSchedule]) -> DashboardView:
+def _badge(pause: Pause) -> PauseBadge:
+    until = "until resumed" if pause.until_ms is None else f"until {_utc(pause.until_ms)}"
+    return PauseBadge(
+        until=until, by=pause.by, reason=redact(pause.reason), since=_utc(pause.since_ms)
+    )
+
+
+def build_view(
+    snapshot: Snapshot,
+    schedules: Mapping[str, JobSchedule],
+    pauses: Sequence[Pause] = (),
+) -> DashboardView:
     """Arrange a `Snapshot` for the page; `schedules` are the jobs' schedules (cron or
-    ``every``) known from ``--app``."""
+    ``every``) known from ``--app``, `pauses` the pauses in force."""
+    paused = {pause.job: pause for pause in pauses}
     jobs = []
     for job in snapshot.jobs:
+        pause = paused.get(job.job)
         schedule = schedules.get(job.job)
         entries = in_slot_order(list(job.latest), list(job.damaged))
         jobs.append(
@@ -224,6 +252,7 @@ def build_view(snapshot: Snapshot, schedules: Mapping[str, JobSchedule]) -> Dash
                 cells=tuple(_cell(entry) for entry in reversed(entries)),
                 counts=tuple(job.counts.items()),
                 counted=job.counted,
+                pause=None if pause is None else _badge(pause),
             )
         )
     return DashboardView(
@@ -250,4 +279,7 @@ async def read_view(
         # The store's list adds jobs the app no longer has but whose runs are still remembered.
         names = list(dict.fromkeys([*names, *await store.jobs()]))
     snapshot = await read_snapshot(store, url, names, slots=slots, window=max(slots, _COUNT_WINDOW))
-    return build_view(snapshot, schedules)
+    pauses: list[Pause] = []
+    if isinstance(store, SupportsPause) and store.capabilities.pause:
+        pauses = await store.pauses()
+    return build_view(snapshot, schedules, pauses)
