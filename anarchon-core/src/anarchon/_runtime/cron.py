@@ -59,8 +59,36 @@ class SlotInfo:
     """Empty, or what daylight saving did to this slot, e.g. ``"first of two 02:30 (fold)"``."""
 
 
+class SlotWalk:
+    """What every schedule (`Schedule`, `interval.Interval`) derives from its `next_slot`."""
+
+    __slots__ = ()
+
+    def next_slot(self, after_ms: int) -> int:
+        raise NotImplementedError
+
+    def slots_between(self, start_ms: int, end_ms: int) -> Iterator[int]:
+        """The slots in (start_ms, end_ms], ascending: start exclusive, end inclusive (and at
+        most `MAX_SLOT_MS`)."""
+        slot = start_ms
+        while True:
+            try:
+                slot = self.next_slot(slot)
+            except EndOfTime:
+                return
+            if slot > end_ms:
+                return
+            yield slot
+
+    def previous_slots(self, now_ms: int, window_ms: int) -> list[int]:
+        """The slots in (now_ms - window_ms, now_ms], ascending: the catch-up of rule T6."""
+        if window_ms < 0:
+            raise ConfigError(f"the catch-up window must not be negative, got {window_ms} ms")
+        return list(self.slots_between(now_ms - window_ms, now_ms))
+
+
 @attrs.frozen(kw_only=True)
-class Schedule:
+class Schedule(SlotWalk):
     """A cron expression in an IANA time zone; create it with `Schedule.parse`."""
 
     expression: str
@@ -208,25 +236,6 @@ class Schedule:
             if slot >= start:
                 return slot * 1000
             wall += 1
-
-    def slots_between(self, start_ms: int, end_ms: int) -> Iterator[int]:
-        """The slots in (start_ms, end_ms], ascending: start exclusive, end inclusive (and at
-        most `MAX_SLOT_MS`)."""
-        slot = start_ms
-        while True:
-            try:
-                slot = self.next_slot(slot)
-            except EndOfTime:
-                return
-            if slot > end_ms:
-                return
-            yield slot
-
-    def previous_slots(self, now_ms: int, window_ms: int) -> list[int]:
-        """The slots in (now_ms - window_ms, now_ms], ascending: the catch-up of rule T6."""
-        if window_ms < 0:
-            raise ConfigError(f"the catch-up window must not be negative, got {window_ms} ms")
-        return list(self.slots_between(now_ms - window_ms, now_ms))
 
     def upcoming(self, n: int, after_ms: int) -> list[SlotInfo]:
         """The next ``n`` slots after ``after_ms`` with their UTC and local times, for people.

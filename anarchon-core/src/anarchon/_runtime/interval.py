@@ -12,7 +12,6 @@ offset is whole seconds too, from 0 up to (not including) the interval.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import attrs
@@ -21,7 +20,7 @@ from .._claims import MAX_SLOT_MS
 from .._durations import DurationLike, to_ms
 from .._errors import ConfigError
 from .._names import shown
-from .cron import Schedule, SlotInfo
+from .cron import Schedule, SlotInfo, SlotWalk
 from .cron_fields import EARLIEST_MS, EndOfTime
 
 __all__ = ["MIN_EVERY_MS", "Interval", "JobSchedule", "duration_text"]
@@ -56,7 +55,7 @@ def _whole_seconds(value: DurationLike, what: str, *, allow_zero: bool) -> int:
 
 
 @attrs.frozen(kw_only=True)
-class Interval:
+class Interval(SlotWalk):
     """Every `every_ms` milliseconds from the Unix epoch, shifted by `offset_ms`; create it
     with `Interval.parse`."""
 
@@ -140,24 +139,6 @@ class Interval:
                 f"last time anarchon schedules (slot {MAX_SLOT_MS}); give an earlier time"
             )
         return slot
-
-    def slots_between(self, start_ms: int, end_ms: int) -> Iterator[int]:
-        """The slots in (start_ms, end_ms], ascending (and at most `MAX_SLOT_MS`)."""
-        slot = start_ms
-        while True:
-            try:
-                slot = self.next_slot(slot)
-            except EndOfTime:
-                return
-            if slot > end_ms:
-                return
-            yield slot
-
-    def previous_slots(self, now_ms: int, window_ms: int) -> list[int]:
-        """The slots in (now_ms - window_ms, now_ms], ascending: the catch-up of rule T6."""
-        if window_ms < 0:
-            raise ConfigError(f"the catch-up window must not be negative, got {window_ms} ms")
-        return list(self.slots_between(now_ms - window_ms, now_ms))
 
     def upcoming(self, n: int, after_ms: int) -> list[SlotInfo]:
         """The next ``n`` slots after ``after_ms``, for people; local times are UTC and no
