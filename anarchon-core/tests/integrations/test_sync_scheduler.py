@@ -84,9 +84,12 @@ def test_start_and_shutdown_from_a_thread_with_health_from_another(tmp_path: Pat
     assert not scheduler.health().started
     count = len(ran)
     records = asyncio.run(history(url, "tick"))
-    assert sorted(r.slot for r in records) == sorted(ran)
+    # On a loaded machine the first slot may be reached late and recorded skipped (T6, S1);
+    # every other record is a run this scheduler made, and each run is recorded.
+    runs = [r for r in records if not (r.status is RunStatus.SKIPPED and r.slot < min(ran))]
+    assert sorted(r.slot for r in runs) == sorted(ran)
     assert len(set(ran)) == count, "a slot ran twice"
-    assert {r.status for r in records} == {RunStatus.SUCCEEDED}
+    assert {r.status for r in runs} == {RunStatus.SUCCEEDED}
 
 
 def test_start_errors_raise_in_the_caller_and_leave_no_thread(tmp_path: Path) -> None:
