@@ -33,8 +33,10 @@ from ._errors import (
     StoreNotSetUp,
     StoreUnavailable,
 )
+from ._fleet import Member
 from ._names import check_name
 from ._options import DurationMs, DurationMsOrZero, StoreOptions
+from ._retries import Backoff
 from ._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from ._urls import StoreURL, redact
 from .abc import (
@@ -43,9 +45,11 @@ from .abc import (
     SupportsClaimMany,
     SupportsJobList,
     SupportsJobSetup,
+    SupportsMembership,
     SupportsPause,
     SupportsPrepare,
     SupportsReadOnly,
+    SupportsRetry,
     SupportsTrigger,
 )
 
@@ -96,6 +100,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "MAX_ATTEMPTS",
     "AnarchonError",
+    "Backoff",
     "Capabilities",
     "CatchUp",
     "Claim",
@@ -111,6 +116,7 @@ __all__ = [
     "HealthServer",
     "LastClaim",
     "LeaseStore",
+    "Member",
     "MemoryStore",
     "Outcome",
     "Overlap",
@@ -129,9 +135,11 @@ __all__ = [
     "SupportsClaimMany",
     "SupportsJobList",
     "SupportsJobSetup",
+    "SupportsMembership",
     "SupportsPause",
     "SupportsPrepare",
     "SupportsReadOnly",
+    "SupportsRetry",
     "SupportsTrigger",
     "Trigger",
     "__version__",

@@ -40,6 +40,12 @@ class Capabilities:
     trigger: bool = False
     """The store implements `SupportsTrigger` (rule X1): a run asked for now is written to the
     store, every instance finds it, and exactly one wins its ad-hoc slot."""
+    retries: bool = False
+    """The store implements `SupportsRetry` (rule L12): a failed run is tried again as attempt
+    n + 1 by whichever instance claims it after its wait, and its try log keeps every try."""
+    membership: bool = False
+    """The store implements `SupportsMembership` (rule M1): instances announce themselves with
+    a heartbeat, so each (job, slot) is claimed by a few contenders only (DESIGN section 12)."""
     remembers_ms: int | None = None
     """How long the store knows a run after its slot; None means it never forgets one it could
     still be asked about (lease backends keep a floor below which every slot is late, L11)."""

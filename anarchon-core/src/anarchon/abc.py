@@ -1,6 +1,6 @@
 """The backend contract: what every claim store does, with the rules it must keep.
 
-Rule numbers (C1-C4, L1-L11, T1-T4) refer to the design document and the docs' "Leases" and
+Rule numbers (C1-C4, L1-L12, T1-T4, P1, X1, M1, R1) refer to the design document and the docs' "Leases" and
 "Timing and clocks" pages. A backend is certified by the `anarchon-conformance` kit, which checks
 these rules against the real store.
 """
@@ -8,7 +8,7 @@ these rules against the real store.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
@@ -17,6 +17,7 @@ from typing_extensions import Self
 from ._capabilities import Capabilities
 from ._claims import Claim, ClaimRequest
 from ._control import Pause, Trigger
+from ._fleet import Member
 from ._runs import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -29,9 +30,11 @@ __all__ = [
     "SupportsClaimMany",
     "SupportsJobList",
     "SupportsJobSetup",
+    "SupportsMembership",
     "SupportsPause",
     "SupportsPrepare",
     "SupportsReadOnly",
+    "SupportsRetry",
     "SupportsTrigger",
 ]
 
@@ -293,4 +296,56 @@ class SupportsTrigger(Protocol):
     async def triggers(self, since_ms: int) -> list[Trigger]:
         """Triggers written at or after `since_ms` (epoch ms), oldest first. Works on a store
         opened read-only (R1)."""
+        ...
+
+
+@runtime_checkable
+class SupportsRetry(Protocol):
+    """Optional: try a failed run again (rule **L12**), on a `LeaseStore` whose
+    `capabilities.retries` is True.
+
+    L12 `retry(job, slot, token, error, delay_ms)`: only while the run is running with `token`,
+    append `error` (an entry such as ``attempt 1 failed: ValueError: ...``) to the run's try log
+    (`RunRecord.error`, joined by `anarchon._retries.TRY_SEPARATOR`, the oldest text dropped
+    beyond `MAX_TRY_LOG_CHARS`) and set ``lease_until = now + delay_ms`` by the store's clock; the
+    run stays running with that token. So no claim wins it before then (L3), and the first claim
+    or `check` after it takes it over as attempt + 1 with a new token and fencing token (L4) when
+    the claimer's `attempts` allow (the runtime sends ``attempts + retries``), or marks it
+    interrupted (L5). Answers True. Resent with the same token while the run is still running
+    with it (the first answer was lost): True again. Else False (fenced: another attempt holds or
+    finished the run; nothing written).
+
+    `finish` keeps the try log of a retried run: the final status's error, if any, is appended
+    to it, and a run that succeeds after failed tries keeps the log in `error`. A store that
+    sweeps old runs never deletes a run whose lease (here: its wait) is still alive."""
+
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        """L12: record the failed try and let another attempt take the run after `delay_ms`."""
+        ...
+
+
+@runtime_checkable
+class SupportsMembership(Protocol):
+    """Optional: the fleet's member list (rule **M1**), where `capabilities.membership` is True.
+
+    M1: `announce(instance, ttl_ms, stats)` writes or refreshes one member in one round trip:
+    live until ``now + ttl_ms`` by the store's clock (T1; the writer's clock on stores without
+    one), its first heartbeat since it joined kept as `started_ms`, its `stats` replaced. `members`
+    returns every live member (``until_ms >= now``) in one round trip, sorted by instance id; a
+    member whose ttl ran out is not returned (a store may delete it then). `leave` removes a member
+    at once (graceful shutdown). The list only shapes load (DESIGN section 12): claims stay
+    correct whatever it says."""
+
+    async def announce(
+        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
+    ) -> Member:
+        """M1: heartbeat of `instance`, live for `ttl_ms`; returns the member as stored."""
+        ...
+
+    async def members(self) -> list[Member]:
+        """M1: the live members, sorted by instance. Works on a store opened read-only (R1)."""
+        ...
+
+    async def leave(self, instance: str) -> bool:
+        """M1: remove `instance` now; False if it was not a member."""
         ...

@@ -46,6 +46,7 @@ from ._errors import (
     StoreUnavailable,
     tls_error,
 )
+from ._fleet import Member, contenders, rendezvous_score
 from ._leases import (
     INTERRUPTED_REASON,
     SWEEP_EVERY_DIVISOR,
@@ -72,6 +73,7 @@ from ._options import (
     structure_options,
     valid_option_names,
 )
+from ._retries import MAX_TRY_LOG_CHARS, TRY_SEPARATOR, append_try, try_entry
 from ._runs import EARLIEST_MS, DamagedHistory, DamagedRun, HistoryReader, RunRecord, RunStatus
 from ._urls import StoreURL, redact, shown_url
 from .abc import (
@@ -80,9 +82,11 @@ from .abc import (
     SupportsClaimMany,
     SupportsJobList,
     SupportsJobSetup,
+    SupportsMembership,
     SupportsPause,
     SupportsPrepare,
     SupportsReadOnly,
+    SupportsRetry,
     SupportsTrigger,
 )
 
@@ -94,9 +98,11 @@ __all__ = [
     "MAX_CONTROL_TEXT",
     "MAX_SKIP_REASON",
     "MAX_SLOT_MS",
+    "MAX_TRY_LOG_CHARS",
     "PAUSED",
     "SWEEP_EVERY_DIVISOR",
     "SWEEP_EVERY_MAX",
+    "TRY_SEPARATOR",
     "AnarchonError",
     "Capabilities",
     "Claim",
@@ -110,6 +116,7 @@ __all__ = [
     "Fenced",
     "HistoryReader",
     "LeaseStore",
+    "Member",
     "Outcome",
     "Overlap",
     "Pause",
@@ -123,14 +130,18 @@ __all__ = [
     "SupportsClaimMany",
     "SupportsJobList",
     "SupportsJobSetup",
+    "SupportsMembership",
     "SupportsPause",
     "SupportsPrepare",
     "SupportsReadOnly",
+    "SupportsRetry",
     "SupportsTrigger",
     "Trigger",
+    "append_try",
     "check_control_text",
     "check_until",
     "claim_from_outcome",
+    "contenders",
     "converter",
     "decide_claim",
     "decide_finish",
@@ -145,6 +156,7 @@ __all__ = [
     "overlap_reason",
     "pause_skip_reason",
     "redact",
+    "rendezvous_score",
     "shown",
     "shown_url",
     "skip_kind",
@@ -154,6 +166,7 @@ __all__ = [
     "sweep_every",
     "sweeps_now",
     "tls_error",
+    "try_entry",
     "valid_option_names",
 ]
 
