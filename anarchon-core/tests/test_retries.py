@@ -7,6 +7,7 @@ stores: test_retries_fleet.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import attrs
@@ -98,7 +99,7 @@ async def test_a_lone_instance_retries_its_own_failed_run_after_the_backoff() ->
     )
     times = [t for sl, _, t in tries if sl == slot]
     assert [a for sl, a, _ in tries if sl == slot] == [1, 2, 3]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # Each retry waited its backoff, and the lone instance took it soon after (not a heartbeat
     # of 5 s / 3 later).
     assert all(0.14 <= gap < 1.0 for gap in gaps), gaps
