@@ -24,7 +24,7 @@ from .pause import wait_past
 
 __all__ = ["RetryTests", "retrier"]
 
-DELAY_MS = 700
+DELAY_MS = 400
 """The wait the checks ask for: long enough to see a claim refused before it, short enough to
 keep the kit quick."""
 TOLERANCE_MS = 50
