@@ -20,7 +20,7 @@ from .claimer import TRANSPORT_ERRORS
 from .context import RuntimeContext
 from .handle import Run
 from .jobs import JobSpec, call_job
-from .retrying import retry_delay_ms
+from .retrying import keep_for_retry, retry_delay_ms
 
 __all__ = ["Execution", "fence_margin_s", "show_duration"]
 
@@ -301,20 +301,8 @@ class Execution:
         """L12: record this try failed in the run's try log and have the store keep the run
         running until the retry, for whichever instance claims or checks it then."""
         store: object = self.store  # a LeaseStore that also implements SupportsRetry
-        run = self.run
         assert isinstance(store, SupportsRetry)
-        entry = try_entry(run.attempt, error)
-        while True:
-            try:
-                kept = await store.retry(run.job, run.slot, run.token, entry, delay_ms)
-            except TRANSPORT_ERRORS as exc:
-                self.health.failed("retry", exc)
-                if run.deadline is not None and time.monotonic() >= run.deadline:
-                    return False  # the lease ran out meanwhile: a takeover decides the run
-                await asyncio.sleep(0.1)
-            else:
-                self.health.ok()
-                return kept
+        return await keep_for_retry(store, self.run, error, delay_ms, self.health)
 
     async def _finish(self, status: RunStatus, error: str | None) -> bool:
         if self.store is None:

@@ -8,9 +8,17 @@ the claims allow ``attempts + retries`` attempts, so retries never use up a cras
 
 from __future__ import annotations
 
-from .jobs import JobSpec
+import asyncio
+import time
 
-__all__ = ["retry_delay_ms"]
+from .._retries import try_entry
+from ..abc import SupportsRetry
+from .claimer import TRANSPORT_ERRORS
+from .handle import Run
+from .jobs import JobSpec
+from .store_health import StoreHealth
+
+__all__ = ["keep_for_retry", "retry_delay_ms"]
 
 
 def retry_delay_ms(spec: JobSpec, *, slot: int, attempt: int, now_ms: int) -> int | None:
@@ -23,3 +31,23 @@ def retry_delay_ms(spec: JobSpec, *, slot: int, attempt: int, now_ms: int) -> in
     if now_ms + delay >= spec.schedule.next_slot(slot):
         return None
     return delay
+
+
+async def keep_for_retry(
+    store: SupportsRetry, run: Run, error: str, delay_ms: int, health: StoreHealth
+) -> bool:
+    """L12: have `store` log `run`'s failed try (`error`) and hold the run for `delay_ms`;
+    resent after a transport error while the lease lasts (a resend is recognised by its token).
+    False: fenced, or the lease ran out unanswered (a takeover then decides the run)."""
+    entry = try_entry(run.attempt, error)
+    while True:
+        try:
+            kept = await store.retry(run.job, run.slot, run.token, entry, delay_ms)
+        except TRANSPORT_ERRORS as exc:
+            health.failed("retry", exc)
+            if run.deadline is not None and time.monotonic() >= run.deadline:
+                return False
+            await asyncio.sleep(0.1)
+        else:
+            health.ok()
+            return kept
