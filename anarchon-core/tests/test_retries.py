@@ -78,6 +78,7 @@ async def finished(store: MemoryStore, job: str, slot: int | None = None) -> Run
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.slow  # waits for the next whole second, then the backoffs
 async def test_a_lone_instance_retries_its_own_failed_run_after_the_backoff() -> None:
     store = MemoryStore.create("retry-alone")
     s = Scheduler(MemoryStore.create("retry-alone"), instance="alone", environ={})
@@ -105,6 +106,7 @@ async def test_a_lone_instance_retries_its_own_failed_run_after_the_backoff() ->
     assert all(0.14 <= gap < 1.0 for gap in gaps), gaps
 
 
+@pytest.mark.slow  # waits for the next whole second
 async def test_a_timeout_is_not_retried_and_a_late_retry_is_not_made() -> None:
     store = MemoryStore.create("retry-not")
     s = Scheduler(MemoryStore.create("retry-not"), instance="a", environ={})
@@ -130,3 +132,18 @@ async def test_a_timeout_is_not_retried_and_a_late_retry_is_not_made() -> None:
     assert late_run.error == "attempt 1 failed: ValueError: late"
     for job, run in (("slow", slow_run), ("late", late_run)):
         assert [a for j, sl, a in tries if j == job and sl == run.slot] == [1], tries
+
+
+def test_the_dashboard_tells_a_retry_from_a_takeover() -> None:
+    """A cell's tooltip says ``tried again`` and lists the failed tries of a retried run, and
+    ``taken over`` for a run taken over after a crash (no try log)."""
+    from anarchon.dashboard._view import _cell
+
+    base = {"job": "sync", "slot": 1_796_000_000_000, "token": "t", "holder": "web-2"}
+    log = "attempt 1 failed: OSError: down | attempt 2 failed: OSError: down"
+    retried = RunRecord(**base, status=RunStatus.SUCCEEDED, attempt=3, error=log)
+    crashed = RunRecord(**base, status=RunStatus.SUCCEEDED, attempt=2)
+    lines = _cell(retried).title.splitlines()
+    assert "tried again: attempt 3" in lines and f"failed tries: {log}" in lines, lines
+    assert "taken over: attempt 2" in _cell(crashed).title.splitlines()
+    assert "failed tries" not in _cell(crashed).title
