@@ -220,6 +220,36 @@ class TriggersShareSlots(WrongTriggerSlot):
         return trigger.requested_at - trigger.requested_at % 1000 + 1
 
 
+class IgnoresRetryDelay(MemoryStore):
+    """Breaks L12: a retry logs the try but leaves the lease as it was, so the run is not taken
+    over when its wait ends (or is taken over at once, had its lease run out)."""
+
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        with self._ns.lock:
+            run = self._job(job).runs.get(slot)
+            lease_until = None if run is None else run.lease_until
+        kept = await super().retry(job, slot, token, error, delay_ms)
+        if kept:
+            with self._ns.lock:
+                state = self._job(job)
+                state.runs[slot] = attrs.evolve(state.runs[slot], lease_until=lease_until)
+        return kept
+
+
+class LosesTryLog(MemoryStore):
+    """Breaks L12: `finish` writes its own error over the try log, as a backend that kept the
+    finish of L8 unchanged would."""
+
+    async def finish(
+        self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
+    ) -> bool:
+        with self._ns.lock:
+            run = self._job(job).runs.get(slot)
+            if run is not None and run.status is RunStatus.RUNNING and run.token == token:
+                self._job(job).runs[slot] = attrs.evolve(run, error=None)
+        return await super().finish(job, slot, token, status, error)
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -352,3 +382,11 @@ class TriggersOnTheSecondHarness(BrokenHarness):
 
 class TriggersShareSlotsHarness(BrokenHarness):
     store_class = TriggersShareSlots
+
+
+class IgnoresRetryDelayHarness(BrokenHarness):
+    store_class = IgnoresRetryDelay
+
+
+class LosesTryLogHarness(BrokenHarness):
+    store_class = LosesTryLog

@@ -38,6 +38,8 @@ BROKEN = {
     "broken_backends:IgnoresPauseHarness": "P1",
     "broken_backends:TriggersOnTheSecondHarness": "X1",
     "broken_backends:TriggersShareSlotsHarness": "X1",
+    "broken_backends:IgnoresRetryDelayHarness": "L12",
+    "broken_backends:LosesTryLogHarness": "L12",
     # A lease store with no clock of its own, broken four ways (the outsider's etcd variants).
     "clockless_store:YesManHarness": "C1",
     "clockless_store:AmnesiacHarness": "T3",

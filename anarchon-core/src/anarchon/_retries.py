@@ -8,6 +8,7 @@ the oldest text first; they never parse the log."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import attrs
@@ -23,6 +24,7 @@ __all__ = [
     "Backoff",
     "append_try",
     "check_retries",
+    "retried",
     "try_entry",
 ]
 
@@ -39,6 +41,15 @@ TRY_SEPARATOR = " | "
 def try_entry(attempt: int, error: str) -> str:
     """The try log's entry for `attempt` that failed with `error`: ``attempt 2 failed: ...``."""
     return f"attempt {attempt} failed: {error}"
+
+
+_TRY_MARK = re.compile(r"(?:^|\| )attempt \d+ failed: ")
+
+
+def retried(error: str | None) -> bool:
+    """Whether a run's error holds a try log (L12) of failed tries, for what the dashboard and
+    the status show; the stores never read it."""
+    return error is not None and _TRY_MARK.search(error) is not None
 
 
 def append_try(log: str | None, entry: str | None) -> str | None:

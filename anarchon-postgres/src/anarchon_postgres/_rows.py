@@ -12,7 +12,7 @@ import attrs
 from psycopg import AsyncConnection, sql
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon.backend import claim_from_outcome
+from anarchon.backend import MAX_TRY_LOG_CHARS, TRY_SEPARATOR, claim_from_outcome
 
 from ._names import Names
 
@@ -37,6 +37,14 @@ INLINE_CLOSE = INLINE_QUOTE + "::text, NULL)"
 """What follows a request sent inline: the end of its quote, and no skip reason."""
 _KEY = "prefix = %s AND job = %s AND slot = %s"
 _HELD = _KEY + " AND token = %s AND status = 'running'"
+_APPEND_TRY = (
+    "CASE WHEN %s::text IS NULL THEN error "
+    f"WHEN error IS NULL OR error = '' THEN right(%s::text, {MAX_TRY_LOG_CHARS}) "
+    f"ELSE right(error || '{TRY_SEPARATOR}' || %s::text, {MAX_TRY_LOG_CHARS}) END"
+)
+"""L12: the try log (``error``) with an entry appended (its three parameters: the entry; NULL
+leaves it unchanged), its last `MAX_TRY_LOG_CHARS` characters kept, as
+`anarchon.backend.append_try` does."""
 
 
 @attrs.frozen
@@ -54,6 +62,7 @@ class Statements:
     finish: Query
     finished: Query
     release: Query
+    retry: Query
     history: Query
     now: Query
     jobs: Query
@@ -120,7 +129,12 @@ class Statements:
                 runs, timeout=timeout
             ),
             finish=sql.SQL(
-                "UPDATE {} SET status = %s, finished_at = " + NOW + ", error = %s WHERE " + held
+                "UPDATE {} SET status = %s, finished_at = "
+                + NOW
+                + ", error = "
+                + _APPEND_TRY
+                + " WHERE "
+                + held
             ).format(runs, timeout=timeout),
             # C2 for finish, when the UPDATE changed nothing: the run's status if it holds the
             # token (a resent finish that was recorded finds its own status), in a statement of
@@ -131,6 +145,17 @@ class Statements:
             release=sql.SQL("UPDATE {} SET lease_until = " + NOW + " - 1 WHERE " + held).format(
                 runs, timeout=timeout
             ),
+            # L12: the try log grows by the entry (unless a resend finds it last already) and
+            # the run waits until now + the delay, still running with the holder's token.
+            retry=sql.SQL(
+                "UPDATE {} SET error = CASE WHEN right(error, length(%s::text)) = %s::text "
+                "THEN error ELSE "
+                + _APPEND_TRY
+                + " END, lease_until = "
+                + NOW
+                + " + %s WHERE "
+                + held
+            ).format(runs, timeout=timeout),
             history=sql.SQL(
                 "SELECT " + RUN_COLUMNS + " FROM {} WHERE prefix = %s AND job = %s "
                 "ORDER BY slot DESC LIMIT %s"

@@ -39,8 +39,9 @@ __all__ = ["PostgresStore"]
 
 Clock = Callable[[], int]
 _INLINE_CLOSE = INLINE_CLOSE.encode()
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
-"""Every rule by the server's clock, batches (`claim_many`), pause (P1) and trigger (X1)."""
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
+"""Every rule by the server's clock, batches (`claim_many`), pause (P1), trigger (X1) and
+retries (L12)."""
 
 
 class PostgresStore(PauseAndTrigger, LeaseStore):
@@ -286,7 +287,11 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
         if not status.finished or status is RunStatus.SKIPPED:
             raise ValueError(f"finish needs succeeded, failed or interrupted, got {status}")
         if await self._update(
-            self._sql.finish, (status.value, self._now_param(), error), job, slot, token
+            self._sql.finish,
+            (status.value, self._now_param(), error, error, error),
+            job,
+            slot,
+            token,
         ):
             return True
         rows = await self._fetchall(self._sql.finished, (self.options.prefix, job, slot, token))
@@ -294,6 +299,12 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return await self._update(self._sql.release, (self._now_param(),), job, slot, token)
+
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        """`SupportsRetry` (L12): one UPDATE while running with `token`: the failed try joins
+        the try log and the run waits `delay_ms` by the database's clock."""
+        params = (error, error, error, error, error, self._now_param(), delay_ms)
+        return await self._update(self._sql.retry, params, job, slot, token)
 
     # -- reads ---------------------------------------------------------------------------------
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:

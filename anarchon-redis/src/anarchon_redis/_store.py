@@ -170,7 +170,7 @@ class RedisStore(ClaimStore):
 
 class RedisLeaseStore(RedisStore, LeaseStore, Control):
     """``strategy=lease``: a `LeaseStore`; renew, finish, release and check go to its
-    `LeaseStrategy`. Pause and trigger (P1, X1) are `Control`'s."""
+    `LeaseStrategy`, and so does retry (L12). Pause and trigger (P1, X1) are `Control`'s."""
 
     strategy_name = "lease"
     strategy: LeaseStrategy
@@ -191,6 +191,12 @@ class RedisLeaseStore(RedisStore, LeaseStore, Control):
         if self.link.read_only:
             raise self._refused()
         return await self.strategy.release(self.link, job, slot, token)
+
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        """`SupportsRetry` (L12): log the failed try and hold the run for `delay_ms`."""
+        if self.link.read_only:
+            raise self._refused()
+        return await self.strategy.retry(self.link, job, slot, token, error, delay_ms)
 
     async def check(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:

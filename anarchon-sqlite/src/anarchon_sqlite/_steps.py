@@ -21,6 +21,8 @@ import attrs
 
 from anarchon import Claim, ClaimRequest, Pause, RunRecord, RunStatus, StoreCorrupt, Trigger
 from anarchon.backend import (
+    MAX_TRY_LOG_CHARS,
+    TRY_SEPARATOR,
     HistoryReader,
     decide_claim,
     decide_finish,
@@ -37,6 +39,14 @@ from . import _rows as sql
 from ._schema import JOBS, PAUSES, RUNS, TRIGGERS, existing_tables
 
 __all__ = ["Steps"]
+
+APPEND_TRY = (
+    "CASE WHEN ?1 IS NULL THEN error "
+    f"WHEN error IS NULL OR error = '' THEN substr(?1, -{MAX_TRY_LOG_CHARS}) "
+    f"ELSE substr(error || '{TRY_SEPARATOR}' || ?1, -{MAX_TRY_LOG_CHARS}) END"
+)
+"""L12: the try log (``error``) with the entry ``?1`` appended (NULL: unchanged), its last
+`MAX_TRY_LOG_CHARS` characters kept, as `anarchon.backend.append_try` does."""
 
 SWEEP_MAX_ROWS = 100
 """L11: one claim deletes at most this many forgotten runs, so its latency stays bounded."""
@@ -192,8 +202,8 @@ class Steps:
         statement."""
         if self._update(
             conn,
-            "status = ?, finished_at = ?, error = ?",
-            (status.value, self.clock(), error),
+            f"error = {APPEND_TRY}, status = ?, finished_at = ?",
+            (error, status.value, self.clock()),
             job,
             slot,
             token,
@@ -207,6 +217,21 @@ class Steps:
 
     def release(self, conn: sqlite3.Connection, job: str, slot: int, token: str) -> bool:
         return self._update(conn, "lease_until = ?", (self.clock() - 1,), job, slot, token)
+
+    def retry(
+        self, conn: sqlite3.Connection, job: str, slot: int, token: str, error: str, delay_ms: int
+    ) -> bool:
+        """L12, one UPDATE: append `error` to the try log (unless a resend finds it already
+        last) and hold the run until now + `delay_ms`; the run stays running with `token`."""
+        return self._update(
+            conn,
+            f"error = CASE WHEN substr(error, -length(?1)) = ?1 THEN error ELSE {APPEND_TRY} END, "
+            "lease_until = ?",
+            (error, self.clock() + delay_ms),
+            job,
+            slot,
+            token,
+        )
 
     def _update(
         self,

@@ -37,8 +37,9 @@ __all__ = ["SQLiteStore"]
 Clock = Callable[[], int]
 T = TypeVar("T")
 
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
-"""Every rule by this host's clock, batches (`claim_many`), pause (P1) and trigger (X1)."""
+_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
+"""Every rule by this host's clock, batches (`claim_many`), pause (P1), trigger (X1) and
+retries (L12)."""
 
 
 def wall_clock_ms() -> int:
@@ -176,6 +177,10 @@ class SQLiteStore(LeaseStore):
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         return await self._holder.run(self._steps.release, job, slot, token)
+
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        """`SupportsRetry` (L12): log the failed try and hold the run for `delay_ms`."""
+        return await self._holder.run(self._steps.retry, job, slot, token, error, delay_ms)
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

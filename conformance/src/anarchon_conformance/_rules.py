@@ -63,6 +63,11 @@ RULES: tuple[Rule, ...] = (
     Rule(id="L9", description="release only with the holding token; a backup takes over at once"),
     Rule(id="L10", description="check: a plain read, the claim step only for an expired lease"),
     Rule(id="L11", description="retention: runs kept long enough, history kept separately"),
+    Rule(
+        id="L12",
+        description="retry: only the holder; the run waits by the store's clock, then attempt + 1; "
+        "the try log grows, is bounded and kept by finish and sweeps (SupportsRetry)",
+    ),
     Rule(id="F1", description="self-fencing by the runner"),
     Rule(id="F2", description="fencing token grows strictly with (slot, attempt)"),
     Rule(

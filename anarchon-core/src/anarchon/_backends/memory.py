@@ -30,6 +30,7 @@ from .._leases import (
 )
 from .._names import check_name, shown
 from .._options import StoreOptions
+from .._retries import append_try
 from .._runs import HistoryReader, RunRecord, RunStatus
 from .._urls import StoreURL
 from ..abc import LeaseStore
@@ -118,6 +119,7 @@ class MemoryStore(LeaseStore):
             batch=True,
             pause=True,
             trigger=True,
+            retries=True,
             remembers_ms=None,
         )
 
@@ -265,7 +267,7 @@ class MemoryStore(LeaseStore):
             if decision == "write":
                 assert run is not None
                 state.runs[slot] = attrs.evolve(
-                    run, status=status, finished_at=self.clock(), error=error
+                    run, status=status, finished_at=self.clock(), error=append_try(run.error, error)
                 )
             return decision != "fenced"
 
@@ -300,6 +302,21 @@ class MemoryStore(LeaseStore):
             for (prefix, job), state in self._ns.jobs.items()
             if prefix == self.options.prefix and (state.runs or state.floor is not None)
         )
+
+    # -- retries (L12) ------------------------------------------------------------------------
+    async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
+        """`SupportsRetry` (L12): while running with `token`, append `error` to the try log and
+        hold the run until ``now + delay_ms``; a resend (same token, still running) answers True
+        again and appends nothing more."""
+        with self._ns.lock:
+            run = self._job(job).runs.get(slot)
+            if run is None or run.status is not RunStatus.RUNNING or run.token != token:
+                return False
+            now = self.clock()
+            if run.error is None or not run.error.endswith(error):
+                run = attrs.evolve(run, error=append_try(run.error, error))
+            self._job(job).runs[slot] = attrs.evolve(run, lease_until=now + delay_ms)
+            return True
 
     # -- control through the store (P1, X1) ----------------------------------------------------
     async def pause(

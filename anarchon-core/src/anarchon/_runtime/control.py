@@ -51,7 +51,7 @@ def trigger_max_late_ms(
     (T3; the job's own ``max_late`` was checked against it at start)."""
     late = max(spec.max_late_ms, TRIGGER_MIN_LATE_MS, TRIGGER_POLLS_LATE * poll_ms)
     if caps is not None and caps.remembers_ms is not None:
-        horizon = spec.attempts * spec.lease_ms if caps.leases else 0
+        horizon = spec.claim_attempts * spec.lease_ms if caps.leases else 0
         late = min(late, max(spec.max_late_ms, caps.remembers_ms - clock_skew_ms - horizon))
     return min(late, MAX_LATE_MS)
 

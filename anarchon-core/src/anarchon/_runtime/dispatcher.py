@@ -70,7 +70,7 @@ class Dispatcher:
         self.triggers: TriggerPoller | None = None
         """Polls for triggered runs (X1), where the store has them and polling is on."""
         self.claimer = Claimer(context, timeout_s=claim_timeout_s)
-        self.running = Running(context, self.spawn)
+        self.running = Running(context, self.spawn, self._watch_retry)
         self.last_claims: dict[str, tuple[int, Claim]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         """The background tasks: slots, lanes, backups, preparations, clock readings."""
@@ -346,7 +346,7 @@ class Dispatcher:
             lease_ms=spec.lease_ms,
             max_late_ms=spec.max_late_ms if max_late_ms is None else max_late_ms,
             overlap=spec.overlap or Overlap.ALLOW,
-            attempts=spec.attempts,
+            attempts=spec.claim_attempts,
             skip_reason=skip,
         )
 
@@ -394,21 +394,39 @@ class Dispatcher:
         kinds = ("anarchon-slot-", "anarchon-lane-", "anarchon-backup-", "anarchon-trigger-")
         return [t for t in self.tasks if t.get_name().startswith(kinds)]
 
+    def _watch_retry(self, spec: JobSpec, slot: int, delay_ms: int) -> None:
+        """L12: a run that failed here waits `delay_ms` for its retry; watch for it like a
+        backup (with a new token: the old one would answer the failed attempt, L2), first
+        when the wait ends, so that an instance alone in its fleet retries too."""
+        if self._stop.is_set() or self.context.lease_store is None:
+            return
+        self.spawn(
+            self._backup(spec, slot, first_ms=delay_ms + 1), f"anarchon-backup-{spec.name}-{slot}"
+        )
+
     async def _backup(
-        self, spec: JobSpec, slot: int, *, poll_ms: int | None = None
+        self,
+        spec: JobSpec,
+        slot: int,
+        *,
+        poll_ms: int | None = None,
+        first_ms: int | None = None,
     ) -> Execution | None:
-        """L10: check every heartbeat (or `poll_ms`, if sooner) until the run is done or this
-        instance wins a takeover; returns the takeover's execution."""
+        """L10: check every heartbeat (or `poll_ms`, if sooner; the first time after
+        `first_ms`, if given) until the run is done or this instance wins a takeover; returns
+        the takeover's execution."""
         store = self.context.lease_store
         assert store is not None
         request = self._request(spec, slot)
         every_ms = spec.heartbeat_ms if poll_ms is None else min(poll_ms, spec.heartbeat_ms)
+        wait_ms = every_ms if first_ms is None else first_ms
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), every_ms / 1000)
+                await asyncio.wait_for(self._stop.wait(), wait_ms / 1000)
                 return None
             except asyncio.TimeoutError:
                 pass
+            wait_ms = every_ms
             sent_at = time.monotonic()
             claim = await self.claimer.call(
                 "check", lambda: store.check(request), give_up=lambda: False
@@ -421,4 +439,9 @@ class Dispatcher:
                 return await self._execute(spec, request, claim, sent_at)
             if claim.outcome is not Outcome.RUNNING:
                 return None
+            if claim.lease_until is not None:
+                # Check again as the lease (or a retry's wait, L12) ends, if that is sooner;
+                # never more often than every 10 ms, whatever the clocks' offset.
+                left_ms = claim.lease_until - self.store_clock.now_ms() + 1
+                wait_ms = min(every_ms, max(left_ms, 10))
         return None

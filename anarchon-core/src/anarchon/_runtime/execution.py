@@ -8,15 +8,19 @@ import functools
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from .._claims import Claim, ClaimRequest
+from .._retries import try_entry
 from .._runs import RunStatus
+from ..abc import SupportsRetry
 from .bodies import guarded, run_in_thread
 from .claimer import TRANSPORT_ERRORS
 from .context import RuntimeContext
 from .handle import Run
 from .jobs import JobSpec, call_job
+from .retrying import keep_for_retry, retry_delay_ms
 
 __all__ = ["Execution", "fence_margin_s", "show_duration"]
 
@@ -53,10 +57,14 @@ class Execution:
         request: ClaimRequest,
         claim: Claim,
         sent_at: float,
+        on_retry: Callable[[JobSpec, int, int], None] | None = None,
     ) -> None:
         """`claim` won `request` (sent at `sent_at`, monotonic seconds): the lease counts from
-        then (F1)."""
+        then (F1). `on_retry(spec, slot, delay_ms)` is called once the store keeps the run for
+        its retry (L12), to watch for it here too."""
         self.spec = spec
+        self.context = context
+        self.on_retry = on_retry
         self.request = request
         self.claim = claim
         self.store = context.lease_store
@@ -101,6 +109,7 @@ class Execution:
         heartbeat = asyncio.create_task(self._heartbeat()) if self.store else None
         self._heartbeat_task = heartbeat
         status, error = RunStatus.SUCCEEDED, None
+        raised = False
         try:
             if await self._wait_for_job():
                 assert spec.timeout_ms is not None
@@ -113,6 +122,7 @@ class Execution:
                 raise  # the scheduler itself is being cancelled
             status, error = RunStatus.FAILED, f"cancelled: {run.fence_reason or 'shutdown'}"
         except BaseException as exc:
+            raised = isinstance(exc, Exception)
             status = RunStatus.FAILED
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             error = error[:MAX_ERROR_CHARS]
@@ -128,7 +138,11 @@ class Execution:
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
-        recorded = await self._finish(status, error) if not self._abandoned else False
+        retry_ms = self._retry_delay_ms() if raised and error is not None else None
+        if retry_ms is not None and error is not None:
+            recorded = await self._retry(error, retry_ms)
+        else:
+            recorded = await self._finish(status, error) if not self._abandoned else False
         duration_ms = (time.monotonic() - started) * 1000
         if self.store and not recorded and not self._abandoned:
             self._fenced("the store refused the finish: another instance holds the run")
@@ -140,6 +154,19 @@ class Execution:
                 status,
                 extra=self._fields(),
             )
+        if retry_ms is not None and recorded:
+            log.info(
+                "run %s@%s attempt %s is tried again in %d ms (retry %d of %d)",
+                run.job,
+                run.slot,
+                run.attempt,
+                retry_ms,
+                run.attempt,
+                spec.retries,
+                extra=self._fields(retry_ms=retry_ms),
+            )
+            if self.on_retry is not None:
+                self.on_retry(spec, run.slot, retry_ms)
         log.info(
             "run %s@%s attempt %s %s in %.0f ms",
             run.job,
@@ -255,10 +282,34 @@ class Execution:
             **more,
         }
 
+    def _retry_delay_ms(self) -> int | None:
+        """L12: the wait before this run's next try, if it gets one here (the store keeps runs
+        for retries, the job has retries left, the next try starts before its next slot)."""
+        store = self.store
+        if self._abandoned or self.run.fenced or store is None or not self.spec.retries:
+            return None
+        if not (store.capabilities.retries and isinstance(store, SupportsRetry)):
+            return None
+        return retry_delay_ms(
+            self.spec,
+            slot=self.run.slot,
+            attempt=self.run.attempt,
+            now_ms=self.context.clock.now_ms(),
+        )
+
+    async def _retry(self, error: str, delay_ms: int) -> bool:
+        """L12: record this try failed in the run's try log and have the store keep the run
+        running until the retry, for whichever instance claims or checks it then."""
+        store: object = self.store  # a LeaseStore that also implements SupportsRetry
+        assert isinstance(store, SupportsRetry)
+        return await keep_for_retry(store, self.run, error, delay_ms, self.health)
+
     async def _finish(self, status: RunStatus, error: str | None) -> bool:
         if self.store is None:
             return True
         store, run = self.store, self.run
+        if error is not None and self.spec.retries and status is RunStatus.FAILED:
+            error = try_entry(run.attempt, error)  # the last entry of the run's try log
         while True:
             try:
                 recorded = await store.finish(run.job, run.slot, run.token, status, error)

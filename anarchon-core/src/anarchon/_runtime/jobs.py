@@ -14,6 +14,7 @@ from .._claims import MAX_ATTEMPTS, Overlap, parse_overlap
 from .._durations import MAX_LATE_MS, MAX_LEASE_MS, DurationLike, to_ms
 from .._errors import ConfigError, StoreUnavailable
 from .._names import check_name, shown
+from .._retries import Backoff, check_retries
 from ..abc import ClaimStore, SupportsJobSetup
 from .catch_up import DEFAULT_CATCH_UP, CatchUp, parse_catch_up
 from .cron import Schedule
@@ -50,6 +51,16 @@ class JobSpec:
     """What becomes of missed slots (T6); None: the scheduler's default."""
     timeout_ms: int | None = None
     """How long a run may take before it is fenced and recorded failed; None: no limit."""
+    retries: int = 0
+    """How many times a run that raised is tried again (L12); 0: never."""
+    backoff: Backoff = attrs.field(factory=Backoff)
+    """The wait before each retry."""
+
+    @property
+    def claim_attempts(self) -> int:
+        """The attempts a claim of this job allows (L4): `attempts` for takeovers after
+        crashes, plus `retries`, so that a retry never uses up the room a crash needs."""
+        return self.attempts + self.retries
 
 
 def _takes_run(func: Callable[..., Any], name: str) -> bool:
@@ -85,6 +96,8 @@ def make_job(
     timeout: DurationLike | None = None,
     every: DurationLike | None = None,
     offset: DurationLike | None = None,
+    retries: int = 0,
+    backoff: object = None,
 ) -> JobSpec:
     """Validate every setting of a job, naming the job and the setting in the error."""
     job_name = check_name(name if name is not None else getattr(func, "__name__", ""))
@@ -130,6 +143,8 @@ def make_job(
         attempts=attempts,
         catch_up=None if catch_up is None else parse_catch_up(catch_up, where=where),
         timeout_ms=None if timeout is None else to_ms(timeout, what=f"{where}: timeout"),
+        retries=check_retries(retries, where=where),
+        backoff=Backoff() if backoff is None else Backoff.parse(backoff, where=where),
     )
 
 
@@ -184,13 +199,19 @@ def fit_to_store(
     horizon on lease stores). Returns the job with its overlap default resolved, and its
     catch-up default (the scheduler's `catch_up`)."""
     where = f"job {spec.name!r}"
+    if spec.retries and not caps.retries:
+        raise ConfigError(
+            f"{where}: retries={spec.retries} needs a store that keeps a failed run for its "
+            f"retry (rule L12); {store_name} does not. Set retries=0, or use a store that "
+            "does (memory, sqlite, postgresql, redis strategy=lease)"
+        )
     if spec.overlap is Overlap.SKIP and not caps.overlap:
         raise ConfigError(
             f"{where}: overlap='skip' needs a store with leases; {store_name} has none. "
             "Use overlap='allow', or a lease store (sqlite, postgresql, redis strategy=lease)"
         )
     if caps.remembers_ms is not None:
-        horizon = spec.attempts * spec.lease_ms if caps.leases else 0
+        horizon = spec.claim_attempts * spec.lease_ms if caps.leases else 0
         needed = spec.max_late_ms + clock_skew_ms + horizon
         if needed > caps.remembers_ms:
             safe = caps.remembers_ms - clock_skew_ms - horizon

@@ -25,15 +25,21 @@ FENCED_EXIT_WAIT_S = 5.0
 job must notice `run.fenced` / `ensure_held()` within it) before `stop()` goes on."""
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+OnRetry = Callable[[JobSpec, int, int], None]
 
 
 class Running:
     """The executions of one dispatcher. `spawn` starts a background task of the dispatcher
     (one whose failure is reported, and which shutdown cancels)."""
 
-    def __init__(self, context: RuntimeContext, spawn: Spawn) -> None:
+    def __init__(
+        self, context: RuntimeContext, spawn: Spawn, on_retry: OnRetry | None = None
+    ) -> None:
+        """`on_retry(spec, slot, delay_ms)`: a run of `spec` at `slot` failed and waits
+        `delay_ms` for its retry (L12), which this instance watches for like a backup (L10)."""
         self.context = context
         self._spawn = spawn
+        self._on_retry = on_retry
         self.executions: set[Execution] = set()
         """The runs executing here now."""
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -45,7 +51,12 @@ class Running:
     ) -> Execution:
         """Start executing the run `claim` won."""
         execution = Execution(
-            self.context, spec=spec, request=request, claim=claim, sent_at=sent_at
+            self.context,
+            spec=spec,
+            request=request,
+            claim=claim,
+            sent_at=sent_at,
+            on_retry=self._on_retry,
         )
         self.executions.add(execution)
         self._watch_clock()

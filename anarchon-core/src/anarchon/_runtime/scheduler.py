@@ -22,6 +22,7 @@ from .._claims import Claim, Overlap
 from .._connect import create_store
 from .._durations import DurationLike
 from .._errors import ConfigError, StoreUnavailable
+from .._retries import Backoff
 from .._urls import redact
 from ..abc import ClaimStore
 from ..plugins import PluginManager, StartedScheduler, plugin_manager
@@ -164,6 +165,8 @@ class Scheduler:
         heartbeat: DurationLike | None = None,
         catch_up: str | CatchUp | None = None,
         timeout: DurationLike | None = None,
+        retries: int = 0,
+        backoff: DurationLike | Mapping[str, Any] | Backoff | None = None,
     ) -> Callable[[F], F]:
         """Decorator: run the function at each slot of `cron` (5 fields, or 6 with seconds first)
         in zone `tz`, or of the interval `every`, on exactly one instance.
@@ -186,7 +189,13 @@ class Scheduler:
         ``"none"`` records them skipped;
         timeout: how long a run may take (default no limit): past it, an async job is
         cancelled, a sync job sees `Run.fenced` (`ensure_held()` raises `Fenced`), and the run
-        is recorded failed (``timeout: ran longer than ...``), its lease over.
+        is recorded failed (``timeout: ran longer than ...``), its lease over;
+        retries: how many times a run that raised is tried again, on any instance, as the next
+        attempt (L12; default 0, at most 100; a timeout is not retried): attempt n retries
+        while n <= retries and the retry would start before the job's next slot, and the claims
+        allow ``attempts + retries`` attempts; backoff: the wait before each retry, a duration
+        (``"30s"``: always that) or a mapping ``{"first": "10s", "factor": 2, "max": "10m"}``
+        (the default).
         """
 
         def register(func: F) -> F:
@@ -204,6 +213,8 @@ class Scheduler:
                 heartbeat=heartbeat,
                 catch_up=catch_up,
                 timeout=timeout,
+                retries=retries,
+                backoff=backoff,
             )
             return func
 
@@ -229,6 +240,8 @@ class Scheduler:
                 "heartbeat": None,
                 "catch_up": None,
                 "timeout": None,
+                "retries": 0,
+                "backoff": None,
                 **settings,
             },
         )

@@ -21,6 +21,7 @@ from .._control import is_triggered_slot
 from .._durations import to_ms
 from .._errors import ConfigError
 from .._names import check_name
+from .._retries import TRY_SEPARATOR
 from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from .._urls import StoreURL, redact
 from ..plugins import BackendInfo, plugin_manager
@@ -309,7 +310,8 @@ def _print_history(job: str, url: StoreURL, entries: list[RunRecord | DamagedRun
             escape(entry.holder),  # stored text: never read as rich markup
             _iso(entry.claimed_at),
             _iso(entry.finished_at),
-            escape(redact(entry.error or "")),
+            # A try log (L12) shows one try per line.
+            escape(redact(entry.error or "")).replace(TRY_SEPARATOR, "\n"),
         )
     console.print(table)
 

@@ -12,6 +12,7 @@ import attrs
 
 from .._claims import MAX_SLOT_MS, skip_kind
 from .._control import Pause
+from .._retries import retried
 from .._runs import DamagedRun, RunRecord, RunStatus
 from .._runtime.interval import JobSchedule
 from .._urls import StoreURL, redact
@@ -161,7 +162,8 @@ def _cell(record: RunRecord | DamagedRun) -> Cell:
         lines.append(f"attempt {record.attempt}, won by {record.holder}")
     taken_over = record.attempt > 1
     if taken_over:
-        lines.append(f"taken over: attempt {record.attempt}")
+        how = "tried again" if retried(record.error) else "taken over"
+        lines.append(f"{how}: attempt {record.attempt}")
         mark = str(record.attempt)
     if record.finished_at is not None:
         lines.append(f"finished {_utc(record.finished_at)}")
@@ -169,6 +171,8 @@ def _cell(record: RunRecord | DamagedRun) -> Cell:
         lines.append(f"lease until {_utc(record.lease_until)}")
     if status is RunStatus.FAILED and record.error:
         lines.append(f"error: {_clip(record.error)}")
+    elif status is not RunStatus.SKIPPED and retried(record.error):
+        lines.append(f"failed tries: {_clip(record.error or '')}")
     return Cell(
         outcome=status.value,
         taken_over=taken_over,

@@ -27,11 +27,17 @@
 -- finish: status, has_error (1|0), error, history_limit. Reply 1 if the run was running with
 -- that token (and was changed), else 0; finish also answers 1, changing nothing, when the run
 -- already finished with that token and that status (C2: a finish resent after its answer was
--- lost).
+-- lost). A finish's error is appended to the run's try log (L12).
+--
+-- retry (L12): one job's 4 keys; ARGV = 'retry', slot, token, error, delay_ms. While running with
+-- that token: the error (a try's entry) joins the try log (the run's error, entries joined by
+-- ' | ', its last 4000 characters kept; a resend finds it last and adds nothing), and the run
+-- waits until now + delay_ms, still running with that token. Reply 1, else 0.
 local op, now, now_s -- of the call being served: set by lease()
 local SWEEP_MAX = 100
 local RUN = '^(%l+) (%d+) (%d+) ([%d-]+) (%d+) ([%d-]+) (%x+) (%d+) (.*)$'
 local CLAIM = '^(%d+) (%x+) (%d+) (%d+) ([01]) (%d+) (%d+) (%d+) (.*)$'
+local TRY_SEPARATOR, MAX_TRY_LOG_CHARS = ' | ', 4000
 local STATUS = {running = true, succeeded = true, failed = true, interrupted = true,
   skipped = true}
 
@@ -220,6 +226,28 @@ local function claim(first, request, limit)
   return answer('interrupted', run, floor, false)
 end
 
+-- The last `count` characters (UTF-8) of `text`, as Python's text[-count:].
+local function last_chars(text, count)
+  if #text <= count then return text end
+  local i, seen = #text, 0
+  while i > 0 do
+    local byte = string.byte(text, i)
+    if byte < 0x80 or byte >= 0xC0 then
+      seen = seen + 1
+      if seen == count then return string.sub(text, i) end
+    end
+    i = i - 1
+  end
+  return text
+end
+
+-- L12: the run's tail ('|' and its error, the try log) with `entry` appended.
+local function append_try(tail, entry)
+  local log = string.sub(tail, 2)
+  if log ~= '' then entry = log .. TRY_SEPARATOR .. entry end
+  return '|' .. last_chars(entry, MAX_TRY_LOG_CHARS)
+end
+
 local function update()
   local field, token = ARGV[2], ARGV[3]
   local raw = redis.call('HGET', runs, field)
@@ -233,23 +261,29 @@ local function update()
     run.lease = string.format('%d', now + tonumber(ARGV[4]))
   elseif op == 'release' then
     run.lease = string.format('%d', now - 1)
+  elseif op == 'retry' then
+    local entry = ARGV[4]
+    if #run.tail <= #entry or string.sub(run.tail, -#entry) ~= entry then
+      run.tail = append_try(run.tail, entry)
+    end
+    run.lease = string.format('%d', now + tonumber(ARGV[5]))
   else
     run.status, run.finished = ARGV[4], now_s
-    if ARGV[5] == '1' then run.tail = '|' .. ARGV[6] end
+    if ARGV[5] == '1' then run.tail = append_try(run.tail, ARGV[6]) end
     event(field, ARGV[4], run.attempt, run.token, run.holder, ARGV[7])
   end
   save(field, run)
   return 1
 end
 
--- One call: claims of one job or many, or a renew, finish or release. The store calls it as a
+-- One call: claims of one job or many, or a renew, finish, release or retry. The store calls it as a
 -- Redis function (FCALL) where the server has them, else as a script ('return lease()').
 local function lease()
   op = ARGV[1]
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   now_s = string.format('%d', now)
-  if op == 'renew' or op == 'finish' or op == 'release' then
+  if op == 'renew' or op == 'finish' or op == 'release' or op == 'retry' then
     runs, slots, leases, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
     return update()
   end

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["LEASE", "LeaseStrategy"]
 
 LEASE = Script("lease.lua", claims=True, entry="lease")
-CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True)
+CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
 
 
 class LeaseStrategy(ScriptedStrategy):
@@ -169,6 +169,12 @@ class LeaseStrategy(ScriptedStrategy):
 
     async def release(self, link: Link, job: str, slot: int, token: str) -> bool:
         return await self._update(link, job, ["release", slot, token])
+
+    async def retry(
+        self, link: Link, job: str, slot: int, token: str, error: str, delay_ms: int
+    ) -> bool:
+        """L12: the script logs the failed try and holds the run for `delay_ms` (Redis TIME)."""
+        return await self._update(link, job, ["retry", slot, token, error, delay_ms])
 
     async def history(self, link: Link, job: str, limit: int = 100) -> list[RunRecord]:
         keys = self.keys(job)

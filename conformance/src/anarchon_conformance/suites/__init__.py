@@ -18,6 +18,7 @@ from .pause import PauseTests
 from .prepare import PrepareTests
 from .read_only import ReadOnlyTests
 from .reconnect import ReconnectTests
+from .retries import RetryTests
 from .setup import SetupTests
 from .single_winner import SingleWinnerTests
 from .stateful import StatefulTests
@@ -37,6 +38,7 @@ __all__ = [
     "PrepareTests",
     "ReadOnlyTests",
     "ReconnectTests",
+    "RetryTests",
     "SetupTests",
     "SingleWinnerTests",
     "StatefulTests",
@@ -61,5 +63,6 @@ class ConformanceSuite(
     ReadOnlyTests,
     PauseTests,
     TriggerTests,
+    RetryTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""

@@ -19,6 +19,7 @@ import attrs
 from ..._claims import Overlap
 from ..._durations import DurationLike
 from ..._errors import ConfigError
+from ..._retries import Backoff
 from ..._runtime.catch_up import CatchUp
 from ..._runtime.jobs import JobSpec, make_job
 from ..._runtime.scheduler import Scheduler
@@ -41,6 +42,8 @@ _DEFAULTS: Mapping[str, Any] = {
     "heartbeat": None,
     "catch_up": None,
     "timeout": None,
+    "retries": 0,
+    "backoff": None,
     "every": None,
     "offset": None,
 }
@@ -136,6 +139,8 @@ class ProjectScheduler:
         attempts: int = 3,
         heartbeat: DurationLike | None = None,
         catch_up: str | CatchUp | None = None,
+        retries: int = 0,
+        backoff: DurationLike | Mapping[str, Any] | Backoff | None = None,
     ) -> Callable[[F], F]:
         """Decorator: run the function at each slot of `cron` (or `every` interval) on exactly
         one process of the project. The settings are `anarchon.Scheduler.job`'s; the function is
@@ -156,6 +161,8 @@ class ProjectScheduler:
                 attempts=attempts,
                 heartbeat=heartbeat,
                 catch_up=catch_up,
+                retries=retries,
+                backoff=backoff,
             )
             return func
 
