@@ -8,6 +8,8 @@ The pair tests start their own primary and replica (`replicated_pair`) on free l
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from anarchon import ClaimRequest, ConfigError, Outcome, Overlap, StoreUnavailab
 from anarchon_postgres import PostgresStore
 from anarchon_test_support import eventually
 
-from .conftest import url_with
+from .conftest import POSTGRES_URL, url_with
 from .private_server import free_port
 from .replicated_pair import replicated_pair
 
@@ -138,3 +140,36 @@ async def test_durability_replicated_opens_on_a_synchronous_pair_but_not_with_lo
     local = PostgresStore.create(url, options="-c synchronous_commit=local")
     with pytest.raises(ConfigError, match="synchronous_commit on or remote_apply"):
         await local.open()
+
+
+@pytest.mark.processes
+async def test_a_host_list_skips_a_dead_host_for_the_store_and_for_anarchon_status(
+    schema: str,
+) -> None:
+    """The first host refuses connections; libpq tries the next, for the store's pool and for
+    ``anarchon status`` alike, and neither shows the password."""
+    rest = POSTGRES_URL.split("@", 1)[-1].split("://", 1)[-1]  # host:port/db of the server
+    user = POSTGRES_URL.split("://", 1)[1].split("@", 1)[0].split(":", 1)[0]
+    url = url_with(
+        schema,
+        f"postgresql://{user}:{SECRET}@127.0.0.1:{free_port()},{rest}",
+        target_session_attrs="read-write",
+    )
+    store = PostgresStore.create(url)
+    await store.open()
+    try:
+        slot = await store.now_ms() - 1_000
+        assert (await store.claim(_request("listed", slot))).outcome is Outcome.WON
+    finally:
+        await store.close()
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "anarchon.cli", "status", "--json", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "listed" in done.stdout
+    assert SECRET not in done.stdout + done.stderr

@@ -117,6 +117,27 @@ class ReplicatedPair:
             "-d", f"application_name={node.name}",
         )  # fmt: skip
         self._ctl(node, "start")
+        self._wait_streaming(source, node)
+
+    def _wait_streaming(self, source: _Node, node: _Node, timeout_s: float = 60) -> None:
+        """Return once `source` streams to `node` (``pg_stat_replication``), so that a synchronous
+        primary has its standby before the first claim."""
+        import psycopg
+
+        query = "SELECT count(*) FROM pg_stat_replication WHERE application_name = %s"
+        query += " AND state = 'streaming'"
+        deadline = time.monotonic() + timeout_s
+        url = f"postgresql://postgres@127.0.0.1:{source.port}/postgres"
+        while True:
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute(query, (node.name,)).fetchone()
+            if row and row[0]:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"the standby on :{node.port} does not stream from :{source.port}"
+                )
+            time.sleep(0.02)
 
     def kill_primary(self) -> None:
         """SIGKILL the primary's postmaster and every process it started."""
