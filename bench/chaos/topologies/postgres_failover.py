@@ -4,10 +4,12 @@ machine, nothing flushed or sent after it), promotes the replica (``pg_ctl promo
 the dead node as the new primary's replica. Clients follow through the multi-host URL
 ``postgresql://127.0.0.1:A,127.0.0.1:B/postgres?target_session_attrs=read-write``.
 
-Options:
+The replica streams through a proxy that holds every byte from the primary for `LAG_S` (a
+replica in another zone), except with ``async-loopback``. Options:
 
 - ``async``: the default replication. A claim the primary acknowledged may not have reached the
   replica when the primary dies; the promoted replica lets a second claimant win that slot.
+- ``async-loopback``: the same with no added lag (the replica a loopback hop away).
 - ``sync``: ``synchronous_standby_names = '*'``, ``synchronous_commit = on``: the primary
   answers a claim only once the replica has flushed it, and the store is opened with
   ``durability=replicated`` (which checks those settings at open).
@@ -35,11 +37,53 @@ __all__ = ["BIN", "PostgresFailover", "ReplicatedPair"]
 BIN = Path(os.environ.get("ANARCHON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 """Where initdb, pg_ctl and pg_basebackup are."""
 
+LAG_S = 0.02
+"""How long the replication link holds the primary's bytes (options other than async-loopback)."""
+
 _SYNC = {
-    "async": None,
-    "sync": "on",
-    "sync-remote-apply": "remote_apply",
+    "async": (None, LAG_S),
+    "async-loopback": (None, 0.0),
+    "sync": ("on", LAG_S),
+    "sync-remote-apply": ("remote_apply", LAG_S),
 }
+"""option -> (synchronous_commit with a synchronous standby, or None: asynchronous; the lag)."""
+
+
+class _Lag:
+    """A `FaultProxy` (the kit's) delaying what the primary sends, on a loop in its own thread."""
+
+    def __init__(self, target_port: int, delay_s: float) -> None:
+        import asyncio
+        import threading
+
+        from anarchon_conformance.proxy import FaultProxy
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.proxy = FaultProxy("127.0.0.1", target_port)
+        asyncio.run_coroutine_threadsafe(self.proxy.start(), self.loop).result(10)
+        self.proxy.delay_replies(delay_s)
+        self.port = self.proxy.port
+
+    def cut(self) -> None:
+        """Drop the link and what it holds, and refuse the standby's reconnects: the primary's
+        machine is gone, with the bytes it had sent but the standby had not received yet."""
+        import asyncio
+
+        async def cut() -> None:
+            self.proxy.refuse()
+            self.proxy.drop_all()
+
+        asyncio.run_coroutine_threadsafe(cut(), self.loop).result(10)
+
+    def stop(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.proxy.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
 
 
 def _free_port() -> int:
@@ -61,9 +105,10 @@ class _Node:
 class ReplicatedPair:
     """Two PostgreSQL nodes in `folder`: `primary` and its streaming `standby`.
     ``synchronous_commit`` None: asynchronous replication; else the standby is synchronous
-    (``synchronous_standby_names = '*'``) and commits wait as that setting says."""
+    (``synchronous_standby_names = '*'``) and commits wait as that setting says. With `lag_s`
+    the standby streams through a proxy that holds the primary's bytes that long."""
 
-    def __init__(self, synchronous_commit: str | None = None) -> None:
+    def __init__(self, synchronous_commit: str | None = None, lag_s: float = 0.0) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="anarchon-pg-pair-"))
         self._as: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root
@@ -72,6 +117,8 @@ class ReplicatedPair:
         self.synchronous_commit = synchronous_commit
         self.primary = _Node(self.folder, "a")
         self.standby = _Node(self.folder, "b")
+        self.lag_s = lag_s
+        self._lag: _Lag | None = None
 
     @property
     def url(self) -> str:
@@ -116,6 +163,16 @@ class ReplicatedPair:
             "-D", node.data, "-R", "-X", "stream", "-c", "fast",
             "-d", f"application_name={node.name}",
         )  # fmt: skip
+        if self._lag is not None:
+            self._lag.stop()
+            self._lag = None
+        if self.lag_s:
+            self._lag = _Lag(source.port, self.lag_s)
+            conninfo = (
+                f"host=127.0.0.1 port={self._lag.port} user=postgres application_name={node.name}"
+            )
+            with (node.data / "postgresql.auto.conf").open("a") as conf:
+                conf.write(f"primary_conninfo = '{conninfo}'\n")
         self._ctl(node, "start")
         self._wait_streaming(source, node)
 
@@ -140,7 +197,11 @@ class ReplicatedPair:
             time.sleep(0.02)
 
     def kill_primary(self) -> None:
-        """SIGKILL the primary's postmaster and every process it started."""
+        """SIGKILL the primary's postmaster and every process it started (and first cut the
+        replication link, with what it held: a lagging replica loses that, as when the primary's
+        machine dies)."""
+        if self._lag is not None:
+            self._lag.cut()
         pid = _postmaster_pid(self.primary.data)
         if pid is None:
             return
@@ -165,6 +226,9 @@ class ReplicatedPair:
         self._copy(dead, self.primary)
 
     def stop(self) -> None:
+        if self._lag is not None:
+            self._lag.stop()
+            self._lag = None
         for node in (self.primary, self.standby):
             if (node.data / "postmaster.pid").exists():
                 try:
@@ -209,7 +273,7 @@ class PostgresFailover:
             )
         self.name = "postgres-failover"
         self.option = option
-        self.pair = ReplicatedPair(_SYNC[option])
+        self.pair = ReplicatedPair(*_SYNC[option])
 
     def start(self) -> None:
         self.pair.start()
@@ -223,7 +287,7 @@ class PostgresFailover:
         # A dead host answers at once (connection refused), so a short connect timeout only
         # bounds the case of a host that does not answer at all.
         options: dict[str, Any] = {"connect_timeout": "3", "pool_min_size": 0}
-        if self.option != "async":
+        if _SYNC[self.option][0] is not None:
             options["durability"] = "replicated"
         return options
 
