@@ -1,19 +1,22 @@
-"""A PostgreSQL primary and a streaming replica (``pg_basebackup -R``) on two free loopback
-ports; each fault kills the primary (SIGKILL to the postmaster and every child: a crashed
-machine, nothing flushed or sent after it), promotes the replica (``pg_ctl promote``) and rebuilds
-the dead node as the new primary's replica. Clients follow through the multi-host URL
-``postgresql://127.0.0.1:A,127.0.0.1:B/postgres?target_session_attrs=read-write``.
+"""A PostgreSQL primary and two streaming replicas (``pg_basebackup -R``) on free loopback
+ports. Each fault kills the primary (SIGKILL to the postmaster and every child, after cutting
+its replication links: a crashed machine, nothing sent after it), promotes the replica that
+received the most WAL (``pg_ctl promote``, as a failover manager picks), points the other replica
+at it, and rebuilds the dead node as a new replica in the background (the next fault waits for
+it). Clients follow through the multi-host URL
+``postgresql://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C/postgres?target_session_attrs=read-write``.
 
-The replica streams through a proxy that holds every byte from the primary for `LAG_S` (a
-replica in another zone), except with ``async-loopback``. Options:
+Each replica streams through a proxy that delivers the primary's bytes `LAG_S` after they were
+sent (replicas a network hop away; on loopback alone they are microseconds behind and the window
+this measures would hardly ever open). Options:
 
-- ``async``: the default replication. A claim the primary acknowledged may not have reached the
+- ``async``: the default replication. A claim the primary acknowledged may not have reached a
   replica when the primary dies; the promoted replica lets a second claimant win that slot.
-- ``async-loopback``: the same with no added lag (the replica a loopback hop away).
-- ``sync``: ``synchronous_standby_names = '*'``, ``synchronous_commit = on``: the primary
-  answers a claim only once the replica has flushed it, and the store is opened with
-  ``durability=replicated`` (which checks those settings at open).
-- ``sync-remote-apply``: the same with ``synchronous_commit = remote_apply``.
+- ``sync``: ``synchronous_standby_names = 'ANY 1 (*)'``, ``synchronous_commit = on``: the
+  primary answers a claim only once a replica has flushed it, and the store is opened with
+  ``durability=replicated`` (which checks those settings at open). The promoted replica, the one
+  with the most WAL, has every claim that was answered. (``remote_apply`` waits longer and
+  gives a failover nothing more: a promoted replica applies all the WAL it flushed.)
 
 Servers run with ``fsync = off``: a SIGKILL is a process crash, and the operating system keeps
 what the server wrote, so what the primary acknowledged is on its disk all the same; only
@@ -27,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,20 +41,23 @@ __all__ = ["BIN", "PostgresFailover", "ReplicatedPair"]
 BIN = Path(os.environ.get("ANARCHON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 """Where initdb, pg_ctl and pg_basebackup are."""
 
-LAG_S = 0.02
-"""How long the replication link holds the primary's bytes (options other than async-loopback)."""
+REPLICAS = 2
+"""Standbys of the topology's primary (a three-node cluster)."""
+LAG_S = 0.005
+"""How long each replication link holds the primary's bytes before delivering them."""
 
 _SYNC = {
     "async": (None, LAG_S),
-    "async-loopback": (None, 0.0),
     "sync": ("on", LAG_S),
-    "sync-remote-apply": ("remote_apply", LAG_S),
 }
 """option -> (synchronous_commit with a synchronous standby, or None: asynchronous; the lag)."""
 
 
 class _Lag:
-    """A `FaultProxy` (the kit's) delaying what the primary sends, on a loop in its own thread."""
+    """A proxy on the replication link that delivers each chunk the primary sends `delay_s`
+    after it arrived (a constant latency, as a longer network path adds; the kit's
+    `FaultProxy.delay_replies` holds chunks one after another, so its lag grows with the WAL
+    rate), on an event loop in its own thread."""
 
     def __init__(self, target_port: int, delay_s: float) -> None:
         import asyncio
@@ -58,13 +65,49 @@ class _Lag:
 
         from anarchon_conformance.proxy import FaultProxy
 
+        class Delayed(FaultProxy):
+            async def _downstream(self, link: Any, reader: asyncio.StreamReader) -> None:
+                loop = asyncio.get_running_loop()
+                queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+                async def deliver() -> None:
+                    while True:
+                        due, data = await queue.get()
+                        await asyncio.sleep(max(due - loop.time(), 0))
+                        if not data:  # the primary closed: all it sent is delivered
+                            return
+                        link.client.write(data)
+                        await link.client.drain()
+
+                writer = asyncio.create_task(deliver())
+                try:
+                    while data := await reader.read(65536):
+                        queue.put_nowait((loop.time() + delay_s, data))
+                    queue.put_nowait((loop.time() + delay_s, b""))
+                    await writer
+                except (OSError, asyncio.IncompleteReadError):
+                    pass
+                finally:
+                    writer.cancel()
+                    link.close()
+
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.proxy = FaultProxy("127.0.0.1", target_port)
+        self.proxy = Delayed("127.0.0.1", target_port)
         asyncio.run_coroutine_threadsafe(self.proxy.start(), self.loop).result(10)
-        self.proxy.delay_replies(delay_s)
         self.port = self.proxy.port
+
+    def retarget(self, port: int) -> None:
+        """Forward new connections to `port` (the new primary) and accept them again."""
+        import asyncio
+
+        async def retarget() -> None:
+            self.proxy.target = ("127.0.0.1", port)
+            self.proxy.refuse(False)
+            self.proxy.drop_all()
+
+        asyncio.run_coroutine_threadsafe(retarget(), self.loop).result(10)
 
     def cut(self) -> None:
         """Drop the link and what it holds, and refuse the standby's reconnects: the primary's
@@ -103,27 +146,38 @@ class _Node:
 
 
 class ReplicatedPair:
-    """Two PostgreSQL nodes in `folder`: `primary` and its streaming `standby`.
-    ``synchronous_commit`` None: asynchronous replication; else the standby is synchronous
-    (``synchronous_standby_names = '*'``) and commits wait as that setting says. With `lag_s`
-    the standby streams through a proxy that holds the primary's bytes that long."""
+    """A PostgreSQL `primary` and `replicas` streaming standbys in their own folder, each standby
+    through its own `_Lag` link (held `lag_s`; retargeted to the new primary after a failover).
+    ``synchronous_commit`` None: asynchronous replication; else commits wait as that setting
+    says for a synchronous standby (``synchronous_standby_names``: ``'*'`` with one replica,
+    ``'ANY 1 (*)'`` with more, so that one rebuilding replica does not stop every commit)."""
 
-    def __init__(self, synchronous_commit: str | None = None, lag_s: float = 0.0) -> None:
+    def __init__(
+        self, synchronous_commit: str | None = None, lag_s: float = 0.0, replicas: int = 1
+    ) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="anarchon-pg-pair-"))
         self._as: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root
             shutil.chown(self.folder, "postgres")
             self._as = ["runuser", "-u", "postgres", "--"]
         self.synchronous_commit = synchronous_commit
-        self.primary = _Node(self.folder, "a")
-        self.standby = _Node(self.folder, "b")
         self.lag_s = lag_s
-        self._lag: _Lag | None = None
+        self.primary = _Node(self.folder, "n0")
+        self.standbys = [_Node(self.folder, f"n{i}") for i in range(1, replicas + 1)]
+        self._links: dict[str, _Lag] = {}
+        """standby name -> its link to the primary."""
+        self._rejoin: threading.Thread | None = None
+        self._rejoin_error: BaseException | None = None
+
+    @property
+    def standby(self) -> _Node:
+        """The first standby."""
+        return self.standbys[0]
 
     @property
     def url(self) -> str:
-        """The multi-host URL: both nodes, read-write sessions only."""
-        hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
+        """The multi-host URL: every node, read-write sessions only."""
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in [self.primary, *self.standbys])
         return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
 
     def _run(self, *args: str | Path, timeout: float = 120) -> None:
@@ -134,9 +188,11 @@ class ReplicatedPair:
     def _settings(self) -> list[str]:
         settings = ["fsync=off", "wal_level=replica", "hot_standby=on", "max_wal_senders=10"]
         settings += ["wal_keep_size=256MB", "listen_addresses=127.0.0.1"]
+        settings += ["wal_retrieve_retry_interval=100ms"]  # a retargeted standby reconnects soon
         if self.synchronous_commit is not None:
+            names = "*" if len(self.standbys) == 1 else "ANY 1 (*)"
             settings += [
-                "synchronous_standby_names='*'",
+                f"synchronous_standby_names='{names}'",
                 f"synchronous_commit={self.synchronous_commit}",
             ]
         return settings
@@ -150,44 +206,39 @@ class ReplicatedPair:
         )  # fmt: skip
 
     def start(self) -> None:
-        """Initialise and start the primary, then copy and start its standby."""
+        """Initialise and start the primary, then copy and start its standbys."""
         self._run(BIN / "initdb", "-D", self.primary.data, "-A", "trust", "-U", "postgres")
         self._ctl(self.primary, "start")
-        self._copy(self.standby, self.primary)
+        for standby in self.standbys:
+            self._copy(standby, self.primary)
 
     def _copy(self, node: _Node, source: _Node) -> None:
-        """Make `node` a fresh standby of `source` (``pg_basebackup -R``) and start it."""
+        """Make `node` a fresh standby of `source` (``pg_basebackup -R``), streaming through a
+        new link, and start it. (Not ``pg_rewind``: the crashed primary's recovery recycles the
+        WAL it would need.)"""
         shutil.rmtree(node.data, ignore_errors=True)
         self._run(
             BIN / "pg_basebackup", "-h", "127.0.0.1", "-p", str(source.port), "-U", "postgres",
             "-D", node.data, "-R", "-X", "stream", "-c", "fast",
-            "-d", f"application_name={node.name}",
         )  # fmt: skip
-        if self._lag is not None:
-            self._lag.stop()
-            self._lag = None
-        if self.lag_s:
-            self._lag = _Lag(source.port, self.lag_s)
-            conninfo = (
-                f"host=127.0.0.1 port={self._lag.port} user=postgres application_name={node.name}"
-            )
-            with (node.data / "postgresql.auto.conf").open("a") as conf:
-                conf.write(f"primary_conninfo = '{conninfo}'\n")
+        old = self._links.pop(node.name, None)
+        if old is not None:
+            old.stop()
+        link = self._links[node.name] = _Lag(source.port, self.lag_s)
+        conninfo = f"host=127.0.0.1 port={link.port} user=postgres application_name={node.name}"
+        with (node.data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"primary_conninfo = '{conninfo}'\n")
         self._ctl(node, "start")
         self._wait_streaming(source, node)
 
     def _wait_streaming(self, source: _Node, node: _Node, timeout_s: float = 60) -> None:
         """Return once `source` streams to `node` (``pg_stat_replication``), so that a synchronous
         primary has its standby before the first claim."""
-        import psycopg
-
         query = "SELECT count(*) FROM pg_stat_replication WHERE application_name = %s"
         query += " AND state = 'streaming'"
         deadline = time.monotonic() + timeout_s
-        url = f"postgresql://postgres@127.0.0.1:{source.port}/postgres"
         while True:
-            with psycopg.connect(url, autocommit=True) as conn:
-                row = conn.execute(query, (node.name,)).fetchone()
+            row = _query(source, query, (node.name,))
             if row and row[0]:
                 return
             if time.monotonic() >= deadline:
@@ -197,11 +248,11 @@ class ReplicatedPair:
             time.sleep(0.02)
 
     def kill_primary(self) -> None:
-        """SIGKILL the primary's postmaster and every process it started (and first cut the
-        replication link, with what it held: a lagging replica loses that, as when the primary's
-        machine dies)."""
-        if self._lag is not None:
-            self._lag.cut()
+        """SIGKILL the primary's postmaster and every process it started, having cut every
+        replication link first, with the bytes it held: a lagging replica loses those, as when
+        the primary's machine dies."""
+        for link in self._links.values():
+            link.cut()
         pid = _postmaster_pid(self.primary.data)
         if pid is None:
             return
@@ -216,26 +267,76 @@ class ReplicatedPair:
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def fail_over(self) -> None:
-        """Kill the primary, promote the standby, and rebuild the dead node as its standby."""
+    def fail_over(self, *, wait: bool = True) -> None:
+        """Kill the primary and promote the standby that received the most WAL (as a failover
+        manager does); the other standbys follow it, and the dead node is rebuilt as its
+        standby. Without `wait`, return once the standby is promoted and rebuild in a thread
+        (`rejoined` waits for it; the next `fail_over` and `stop` do)."""
+        self.rejoined()
         self.kill_primary()
-        self._run(BIN / "pg_ctl", "-D", self.standby.data, "-w", "-t", "60", "promote")
+        received = "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')"
+        chosen = max(self.standbys, key=lambda n: float((_query(n, received) or (0,))[0] or 0))
+        self._run(BIN / "pg_ctl", "-D", chosen.data, "-w", "-t", "60", "promote")
         dead = self.primary
-        self.primary, self.standby = self.standby, dead
+        others = [n for n in self.standbys if n is not chosen]
+        self.primary = chosen
+        self.standbys = [*others, dead]
+        del self._links[chosen.name]  # its link to the dead primary is cut already
+        for node in others:
+            self._links[node.name].retarget(chosen.port)
         (dead.data / "postmaster.pid").unlink(missing_ok=True)
-        self._copy(dead, self.primary)
+        self._rejoin = threading.Thread(target=self._rejoin_safely, args=(dead, others))
+        self._rejoin.start()
+        if wait:
+            self.rejoined()
+
+    def _rejoin_safely(self, dead: _Node, others: Sequence[_Node]) -> None:
+        try:
+            for node in others:  # on the new timeline, or rebuilt if it cannot follow
+                try:
+                    self._wait_streaming(self.primary, node, timeout_s=15)
+                except TimeoutError:
+                    self._run(BIN / "pg_ctl", "-D", node.data, "-m", "immediate", "stop")
+                    self._copy(node, self.primary)
+            self._copy(dead, self.primary)
+        except Exception as exc:  # noqa: BLE001 (raised again by `rejoined`, in the caller's thread)
+            self._rejoin_error = exc
+
+    def rejoined(self) -> None:
+        """Wait until every standby streams from the primary again after a `fail_over`."""
+        if self._rejoin is not None:
+            self._rejoin.join()
+            self._rejoin = None
+        error, self._rejoin_error = self._rejoin_error, None
+        if error is not None:
+            raise error
 
     def stop(self) -> None:
-        if self._lag is not None:
-            self._lag.stop()
-            self._lag = None
-        for node in (self.primary, self.standby):
-            if (node.data / "postmaster.pid").exists():
-                try:
-                    self._run(BIN / "pg_ctl", "-D", node.data, "-m", "immediate", "stop")
-                except subprocess.CalledProcessError:
-                    pass
-        shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.rejoined()
+        finally:
+            for link in self._links.values():
+                link.stop()
+            self._links.clear()
+            for node in (self.primary, *self.standbys):
+                if (node.data / "postmaster.pid").exists():
+                    try:
+                        self._run(BIN / "pg_ctl", "-D", node.data, "-m", "immediate", "stop")
+                    except subprocess.CalledProcessError:
+                        pass
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _query(node: _Node, query: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    """One row of `query` on `node`, or None if it does not answer."""
+    import psycopg
+
+    try:
+        url = f"postgresql://postgres@127.0.0.1:{node.port}/postgres?connect_timeout=3"
+        with psycopg.connect(url, autocommit=True) as conn:
+            return conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    except psycopg.OperationalError:
+        return None
 
 
 def _postmaster_pid(data: Path) -> int | None:
@@ -273,7 +374,7 @@ class PostgresFailover:
             )
         self.name = "postgres-failover"
         self.option = option
-        self.pair = ReplicatedPair(*_SYNC[option])
+        self.pair = ReplicatedPair(*_SYNC[option], replicas=REPLICAS)
 
     def start(self) -> None:
         self.pair.start()
@@ -293,8 +394,10 @@ class PostgresFailover:
 
     def fault(self, round: int) -> str:
         dead = self.pair.primary.port
-        self.pair.fail_over()
-        return f"killed the primary on :{dead}, promoted :{self.pair.primary.port}, rebuilt :{dead}"
+        self.pair.fail_over(wait=False)
+        return (
+            f"killed the primary on :{dead}, promoted :{self.pair.primary.port}, rejoined :{dead}"
+        )
 
     def stop(self) -> None:
         self.pair.stop()
