@@ -137,6 +137,17 @@ async def test_durability_replicated_opens_on_a_synchronous_pair_but_not_with_lo
     store = PostgresStore.create(url)
     await store.open()
     await store.close()
+    # The standby alone (no target_session_attrs): the claim is refused, and the error says how
+    # to reach the primary.
+    standby = PostgresStore.create(
+        url_with(schema, f"postgresql://postgres@127.0.0.1:{sync_pair.standby.port}/postgres")
+    )
+    await standby.open()
+    try:
+        with pytest.raises(StoreUnavailable, match=r"read-only.*target_session_attrs=read-write"):
+            await standby.claim(_request("on-standby", int(time.time() * 1000)))
+    finally:
+        await standby.close()
     local = PostgresStore.create(url, options="-c synchronous_commit=local")
     with pytest.raises(ConfigError, match="synchronous_commit on or remote_apply"):
         await local.open()

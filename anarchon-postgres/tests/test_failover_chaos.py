@@ -1,6 +1,6 @@
 """The failover harness (bench/chaos) on a PostgreSQL primary and a synchronous replica, a CI-sized
-run: processes race on ascending slots while the primary is killed and the replica promoted,
-twice; with ``durability=replicated`` no slot may have two winners, none may be forgotten and
+run: processes race on ascending slots while the primary is killed and a replica promoted;
+with ``durability=replicated`` no slot may have two winners, none may be forgotten and
 every claim is decided. (The asynchronous options are measured by ``nox -s chaos``; their
 duplicates depend on timing, so they are counted there, not asserted here.)"""
 
@@ -23,7 +23,9 @@ _RUN = """
 import json, attrs
 from bench.chaos.harness import PROFILES, run_chaos
 from bench.chaos.topologies.postgres_failover import PostgresFailover
-profile = attrs.evolve(PROFILES["short"], name="ci", faults=2, claims=300)
+profile = attrs.evolve(
+    PROFILES["short"], name="ci", processes=2, tasks=2, faults=1, claims=120
+)
 print(json.dumps(run_chaos(PostgresFailover("sync"), profile).as_json()))
 """
 
@@ -41,8 +43,8 @@ def test_a_synchronous_replica_promoted_twice_loses_no_claim() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     tally = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(tally["faults"]) >= 2
-    assert tally["claims"] >= 300 and tally["slots"] > 0
+    assert len(tally["faults"]) >= 1
+    assert tally["claims"] >= 120 and tally["slots"] > 0
     assert tally["duplicate_winners"] == 0
     assert tally["forgotten"] == 0
     assert tally["nobody_won"] == 0

@@ -46,7 +46,8 @@ async def check_replicated(conn: AsyncConnection[tuple[object, ...]], where: str
     assert row is not None
     in_recovery, standby_names, synchronous_commit, connected = row
     fix = (
-        "set synchronous_standby_names (for example '*' or 'ANY 1 (replica1, replica2)') in "
+        "set synchronous_standby_names to your replicas by name (for example "
+        "'ANY 1 (replica1, replica2)'; not '*', which pg_basebackup's WAL stream satisfies) in "
         "postgresql.conf of the primary and of every server that may be promoted, and keep "
         "synchronous_commit = on (or remote_apply); or drop durability=replicated to accept "
         "that a failover may let a second instance win a run"

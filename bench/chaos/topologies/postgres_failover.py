@@ -12,7 +12,7 @@ this measures would hardly ever open). Options:
 
 - ``async``: the default replication. A claim the primary acknowledged may not have reached a
   replica when the primary dies; the promoted replica lets a second claimant win that slot.
-- ``sync``: ``synchronous_standby_names = 'ANY 1 (*)'``, ``synchronous_commit = on``: the
+- ``sync``: ``synchronous_standby_names = 'ANY 1 (n0, n1, n2)'``, ``synchronous_commit = on``: the
   primary answers a claim only once a replica has flushed it, and the store is opened with
   ``durability=replicated`` (which checks those settings at open). The promoted replica, the one
   with the most WAL, has every claim that was answered. (``remote_apply`` waits longer and
@@ -149,8 +149,8 @@ class ReplicatedPair:
     """A PostgreSQL `primary` and `replicas` streaming standbys in their own folder, each standby
     through its own `_Lag` link (held `lag_s`; retargeted to the new primary after a failover).
     ``synchronous_commit`` None: asynchronous replication; else commits wait as that setting
-    says for a synchronous standby (``synchronous_standby_names``: ``'*'`` with one replica,
-    ``'ANY 1 (*)'`` with more, so that one rebuilding replica does not stop every commit)."""
+    says for a synchronous standby (``synchronous_standby_names = 'ANY 1 (n0, n1, ...)'``, every
+    node by name: with two replicas or more, one being rebuilt does not stop every commit)."""
 
     def __init__(
         self, synchronous_commit: str | None = None, lag_s: float = 0.0, replicas: int = 1
@@ -190,9 +190,11 @@ class ReplicatedPair:
         settings += ["wal_keep_size=256MB", "listen_addresses=127.0.0.1"]
         settings += ["wal_retrieve_retry_interval=100ms"]  # a retargeted standby reconnects soon
         if self.synchronous_commit is not None:
-            names = "*" if len(self.standbys) == 1 else "ANY 1 (*)"
+            # By name, never '*': pg_basebackup's WAL stream (rebuilding a node) would count as
+            # a synchronous standby too, and a claim only it had flushed is on no replica.
+            names = ", ".join(n.name for n in [self.primary, *self.standbys])
             settings += [
-                f"synchronous_standby_names='{names}'",
+                f"synchronous_standby_names='ANY 1 ({names})'",
                 f"synchronous_commit={self.synchronous_commit}",
             ]
         return settings
