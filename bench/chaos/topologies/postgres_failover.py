@@ -403,3 +403,34 @@ class PostgresFailover:
 
     def stop(self) -> None:
         self.pair.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.chaos.topologies.postgres_failover OPTION --claims N [--out FILE]``: the
+    long profile stopped at N claims (N / 20 slots per process): ``sync`` makes a few dozen claims
+    a second here (every won claim waits for a replica's flush, holding its job's row lock), so
+    10^5 would take most of an hour."""
+    import argparse
+    import json
+
+    import attrs
+
+    from bench.chaos.harness import PROFILES, run_chaos
+
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos.topologies.postgres_failover")
+    parser.add_argument("option", choices=PostgresFailover.OPTIONS)
+    parser.add_argument("--claims", type=int, default=PROFILES["long"].claims)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    profile = attrs.evolve(PROFILES["long"], claims=args.claims, max_slots=args.claims // 20)
+    command = f"python -m bench.chaos.topologies.postgres_failover {args.option}"
+    command += f" --claims {args.claims}"
+    tally = run_chaos(PostgresFailover(args.option), profile, command=command).as_json()
+    print(json.dumps(tally, indent=2))
+    if args.out is not None:
+        args.out.write_text(json.dumps([tally], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
