@@ -89,6 +89,7 @@ def _waiting_on_a_lock(url: str) -> bool:
     return bool(row and row[0])
 
 
+@pytest.mark.slow
 async def test_a_claim_in_flight_when_the_primary_dies_is_decided_on_the_promoted_replica(
     sync_pair: Any,
 ) -> None:

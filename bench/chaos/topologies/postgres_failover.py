@@ -168,6 +168,7 @@ class ReplicatedPair:
         """standby name -> its link to the primary."""
         self._rejoin: threading.Thread | None = None
         self._rejoin_error: BaseException | None = None
+        self._stopping = False
 
     @property
     def standby(self) -> _Node:
@@ -211,8 +212,22 @@ class ReplicatedPair:
         """Initialise and start the primary, then copy and start its standbys."""
         self._run(BIN / "initdb", "-D", self.primary.data, "-A", "trust", "-U", "postgres")
         self._ctl(self.primary, "start")
-        for standby in self.standbys:
-            self._copy(standby, self.primary)
+        # The copies at once: most of a start is pg_basebackup's checkpoint and copy.
+        errors: list[Exception] = []
+
+        def copy(standby: _Node) -> None:
+            try:
+                self._copy(standby, self.primary)
+            except Exception as exc:  # noqa: BLE001 (raised below, in the caller's thread)
+                errors.append(exc)
+
+        copies = [threading.Thread(target=copy, args=(n,)) for n in self.standbys]
+        for thread in copies:
+            thread.start()
+        for thread in copies:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def _copy(self, node: _Node, source: _Node) -> None:
         """Make `node` a fresh standby of `source` (``pg_basebackup -R``), streaming through a
@@ -230,6 +245,8 @@ class ReplicatedPair:
         conninfo = f"host=127.0.0.1 port={link.port} user=postgres application_name={node.name}"
         with (node.data / "postgresql.auto.conf").open("a") as conf:
             conf.write(f"primary_conninfo = '{conninfo}'\n")
+        if self._stopping:
+            raise RuntimeError("the servers are stopping")
         self._ctl(node, "start")
         self._wait_streaming(source, node)
 
@@ -314,19 +331,27 @@ class ReplicatedPair:
             raise error
 
     def stop(self) -> None:
-        try:
-            self.rejoined()
-        finally:
-            for link in self._links.values():
-                link.stop()
-            self._links.clear()
-            for node in (self.primary, *self.standbys):
-                if (node.data / "postmaster.pid").exists():
-                    try:
-                        self._run(BIN / "pg_ctl", "-D", node.data, "-m", "immediate", "stop")
-                    except subprocess.CalledProcessError:
-                        pass
-            shutil.rmtree(self.folder, ignore_errors=True)
+        """Stop every server, without waiting for a rebuild under way: its source is stopped
+        first, so it fails at once, and whatever it started is stopped after it."""
+        self._stopping = True
+        self._stop_servers()
+        if self._rejoin is not None:
+            self._rejoin.join()
+            self._rejoin = None
+        self._rejoin_error = None  # a rebuild cut short by the stop
+        self._stop_servers()
+        for link in self._links.values():
+            link.stop()
+        self._links.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _stop_servers(self) -> None:
+        for node in (self.primary, *self.standbys):
+            if (node.data / "postmaster.pid").exists():
+                try:
+                    self._run(BIN / "pg_ctl", "-D", node.data, "-m", "immediate", "stop")
+                except subprocess.CalledProcessError:
+                    pass
 
 
 def _query(node: _Node, query: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
