@@ -172,3 +172,28 @@ def test_settings_repr_hides_the_store_password() -> None:
     settings = Settings(store=f"redis://app:{SECRET}@h/0")
     assert SECRET not in repr(settings)
     assert "redis://app:***@h/0" in repr(settings)
+
+
+def test_a_host_list_is_read_host_by_host_and_shown_without_its_password() -> None:
+    url = StoreURL.parse(
+        f"postgresql://app:{SECRET}@10.0.0.1:5432,[::1]:5433,db3/test"
+        "?target_session_attrs=read-write"
+    )
+    assert url.hosts == (("10.0.0.1", 5432), ("::1", 5433), ("db3", None))
+    assert (url.host, url.port, url.path) == ("10.0.0.1", 5432, "test")
+    assert str(url) == (
+        "postgresql://app:***@10.0.0.1:5432,[::1]:5433,db3/test?target_session_attrs=read-write"
+    )
+    assert url.without_query() == f"postgresql://app:{SECRET}@10.0.0.1:5432,[::1]:5433,db3/test"
+    assert redact(f"connection to {url.secret()} failed") == (
+        "connection to postgresql://app:***@10.0.0.1:5432,[::1]:5433,db3/test"
+        "?target_session_attrs=read-write failed"
+    )
+
+
+def test_a_bad_host_list_names_the_entry() -> None:
+    with pytest.raises(ConfigError, match="host 2 of the host list is empty"):
+        StoreURL.parse(f"postgresql://app:{SECRET}@h1:5432,,h2/test")
+    with pytest.raises(ConfigError, match="malformed") as info:
+        StoreURL.parse(f"postgresql://app:{SECRET}@h1:5432,h2:port/test")
+    assert SECRET not in str(info.value)

@@ -13,6 +13,8 @@ How `StoreURL.parse` splits ``scheme://user:password@host:port/path?query#fragme
   ``%23``; after the host write ``@`` as ``%40``.
 - What follows the userinfo (host, port, path, query) is read by `urllib.parse.urlsplit` without
   the userinfo, so no message about it can repeat a credential.
+- A comma-separated host list (``postgresql://h1:5432,h2:5433/db``, libpq's multi-host form) is
+  read host by host into `StoreURL.hosts`; `host` and `port` are then the first entry's.
 - A user name, password, host or query holding a lone surrogate (an undecodable byte from a
   command line) is refused: no driver could be given it.
 
@@ -193,6 +195,9 @@ class StoreURL:
     """User name and password as written (percent-encoded or not); None without an ``@``."""
     _rest: str = attrs.field(alias="rest", eq=False)
     """What follows the userinfo, as written: host, port, path, query, fragment."""
+    hosts: tuple[tuple[str, int | None], ...] = attrs.field(default=(), eq=False)
+    """Every (host, port) of the URL, in order: one for most URLs, several for a host list
+    (``h1:5432,h2:5433``); empty without a host."""
 
     @classmethod
     def parse(cls, url: str) -> StoreURL:
@@ -225,9 +230,10 @@ class StoreURL:
             )
         try:
             parts = urlsplit(f"{scheme}://{rest}")
-            port = parts.port
+            hosts = _hosts(parts.netloc)
         except ValueError as exc:
             raise ConfigError(f"store URL {shown!r} is malformed: {exc}") from None
+        host, port = hosts[0] if hosts else (None, None)
         user_text, password_text = userinfo or ("", None)
         _check_unicode(
             shown, user_name=user_text, password=password_text, host=parts.netloc, query=parts.query
@@ -252,12 +258,13 @@ class StoreURL:
             scheme=scheme,
             username=unquote(user_text) if user_text else None,
             password=password,
-            host=parts.hostname,
+            host=host,
             port=port,
             path=unquote(parts.path.removeprefix("/")),
             query=query,
             userinfo=userinfo,
             rest=rest,
+            hosts=hosts,
         )
 
     def options(self) -> dict[str, str]:
@@ -293,6 +300,21 @@ class StoreURL:
 
     def __repr__(self) -> str:
         return f"StoreURL({str(self)!r})"
+
+
+def _hosts(netloc: str) -> tuple[tuple[str, int | None], ...]:
+    """The (host, port) entries of a netloc without userinfo: ``h1:5432,h2`` gives two; a
+    ``ValueError`` naming the problem for an empty entry or a bad port."""
+    if "," not in netloc:
+        one = urlsplit(f"//{netloc}")
+        return ((one.hostname, one.port),) if one.hostname else ()
+    entries: list[tuple[str, int | None]] = []
+    for index, entry in enumerate(netloc.split(","), 1):
+        one = urlsplit(f"//{entry}")
+        if not one.hostname:
+            raise ValueError(f"host {index} of the host list is empty: write h1:port1,h2:port2")
+        entries.append((one.hostname, one.port))
+    return tuple(entries)
 
 
 def _raw_secret_values(query: str) -> list[str]:

@@ -19,6 +19,8 @@ from psycopg import pq
 from anarchon import ConfigError, DurationMsOrZero, StoreOptions
 from anarchon.backend import converter
 
+from ._durability import DURABILITY
+
 __all__ = ["IDENTIFIER_RULE", "MAX_POOL_SIZE", "PostgresOptions", "check_identifier"]
 
 MAX_POOL_SIZE = 1000
@@ -73,6 +75,14 @@ def _check_timeout(_: object, attribute: attrs.Attribute[DurationMsOrZero], valu
         )
 
 
+def _check_durability(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in DURABILITY:
+        raise ConfigError(
+            f"durability must be one of {', '.join(DURABILITY)}, got {value!r}: replicated "
+            "refuses to open unless commits wait for a synchronous standby"
+        )
+
+
 def _libpq_keywords() -> frozenset[str]:
     return frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
 
@@ -95,6 +105,11 @@ class PostgresOptions(StoreOptions):
         default=DurationMsOrZero(30_000), validator=_check_timeout
     )
     """Longest a statement may run, and a claim may wait for its job's row lock; 0: no limit."""
+    durability: str = attrs.field(default="local", validator=_check_durability)
+    """``local``: whatever the server's replication does. ``replicated``: `open` refuses (a
+    `ConfigError`) unless commits wait for a synchronous standby (``synchronous_standby_names``
+    set, ``synchronous_commit`` on or remote_apply), so a failover to it never forgets a won
+    claim."""
     libpq: tuple[tuple[str, str], ...] = ()
     """Every other parameter, passed to libpq (``sslmode``, ``connect_timeout`` ...)."""
 

@@ -27,6 +27,7 @@ from anarchon.backend import LEASE_STORE, HistoryReader, keep_until, structure_o
 from ._batch import missing_jobs, pack_slot_batch, read_slot_answers
 from ._connection import Connections, Cursor, libpq_conninfo
 from ._control import ControlStatements, PauseAndTrigger
+from ._durability import check_replicated
 from ._errors import shown_url, translate
 from ._names import Names
 from ._options import PostgresOptions
@@ -118,11 +119,14 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
 
         `StoreUnavailable` when the server cannot be reached or refuses the login (the message
         names the URL without its password), `StoreCorrupt` when the tables are not ours,
-        `ConfigError` when the user lacks a permission."""
+        `ConfigError` when the user lacks a permission, or with ``durability=replicated`` when
+        commits do not wait for a synchronous standby."""
         if self._db.pool is not None:
             return
         conn = await self._db.connect()
         try:
+            if self.options.durability == "replicated":
+                await check_replicated(conn, self.where)
             self._keeps_pauses = await ensure_schema(conn, self.names)
             self._control_tables = True
             self._sql = self._sql.rendered(conn)
