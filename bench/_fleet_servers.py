@@ -30,14 +30,10 @@ TICK = os.sysconf("SC_CLK_TCK")
 PG_BIN = Path(os.environ.get("ANARCHON_TEST_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 
 
-def process_cpu_s(pid: int, children: bool = False) -> float:
-    """CPU seconds (user + system, every thread) of process `pid` from /proc; with `children`,
-    plus what its exited and reaped children used (a PostgreSQL backend's CPU after it quit)."""
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process `pid` from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime
-    if children:
-        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
-    return ticks / TICK
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
 def _children(pid: int) -> list[int]:
@@ -148,7 +144,7 @@ class NATSProbe(Probe):
 
 class PostgresProbe(Probe):
     ops_meaning = "statements executed (pg_stat_statements calls), the probe's own excluded"
-    cpu_meaning = "postmaster + backends CPU (/proc, exited backends through cutime)"
+    cpu_meaning = "postmaster + its processes' CPU (/proc; a process that exits uncounted)"
 
     def __init__(self) -> None:
         if not (PG_BIN / "initdb").exists():
@@ -173,6 +169,8 @@ class PostgresProbe(Probe):
         self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
         import psycopg
 
+        self._cpu: dict[int, float] = {}
+        self._cpu_total = 0.0
         self._conn = psycopg.connect(self.url, autocommit=True)
         self._conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 
@@ -187,13 +185,18 @@ class PostgresProbe(Probe):
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements "
             "WHERE query NOT LIKE '%pg_stat_statements%'"
         ).fetchone()
-        cpu = process_cpu_s(self.pid, children=True)
-        for child in _children(self.pid):
+        # The CPU each process gained since the last snapshot (all of it for a new one): the
+        # postmaster's cutime is no help, an exited backend is added there only once reaped.
+        # A run's backends live from before its first snapshot to after its last.
+        seen: dict[int, float] = {}
+        for pid in [self.pid, *_children(self.pid)]:
             try:
-                cpu += process_cpu_s(child)
-            except OSError:  # it exited meanwhile: then counted in cutime next time
+                seen[pid] = process_cpu_s(pid)
+            except OSError:  # it exited meanwhile
                 continue
-        return {"ops": float(row[0] if row else 0), "cpu_s": cpu}
+        self._cpu_total += sum(cpu - self._cpu.get(pid, 0.0) for pid, cpu in seen.items())
+        self._cpu = seen
+        return {"ops": float(row[0] if row else 0), "cpu_s": self._cpu_total}
 
     def stop(self) -> None:
         self._conn.close()

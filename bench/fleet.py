@@ -39,10 +39,10 @@ __all__ = ["FLEET_TARGETS", "FULL", "QUICK", "measure_fleet"]
 
 FLEET_TARGETS = (
     ("redis/lease", "redis", "lease"),
-    ("redis/idmp", "redis", "idmp"),
     ("postgres", "postgres", ""),
     ("sqlite", "sqlite", ""),
     ("nats", "nats", "msg-id"),
+    ("redis/idmp", "redis", "idmp"),
 )
 PROCESSES = 2
 CLIENTS = 16
