@@ -23,9 +23,10 @@ Plan = dict[str, Any]
 """url, backend, members (all ids), local (this process's ids), dead, jobs, slot, k, grace_s,
 fallback (``check``, ``batch`` or ``live``), clients (stores to open here)."""
 
-IN_FLIGHT = 16
-"""Checks a store client has in flight at once (the ``check`` fallback: one call per job),
-whichever instances send them: a client is one connection, as a real instance's would be."""
+IN_FLIGHT = 4
+"""Checks a store client has in flight at once, whichever instances send them; its claim_many
+calls go one at a time. Without a bound, 64 instances on one client make it open a connection
+each (Redis) or wait for its pool (PostgreSQL) until they time out on a starved machine."""
 
 
 def _request(job: str, slot: int, instance: str) -> ClaimRequest:
@@ -70,11 +71,12 @@ class Instance:
         self,
         name: str,
         store: ClaimStore,
-        gate: asyncio.Semaphore,
+        gates: tuple[asyncio.Semaphore, asyncio.Lock],
         plan: Plan,
         table: dict[str, list[str]],
     ) -> None:
-        self.name, self.store, self.gate, self.plan = name, store, gate, plan
+        self.name, self.store, self.plan = name, store, plan
+        self.gate, self.one_call = gates
         mine = [j for j in plan["jobs"] if name in table[j]]
         self.contended = mine
         dead = set(plan["dead"])
@@ -96,9 +98,10 @@ class Instance:
             return 0.0
         slot = self.plan["slot"]
         requests = [_request(j, slot, self.name) for j in jobs]
-        started = time.perf_counter()
-        claims = await self.store.claim_many(requests)  # type: ignore[attr-defined]
-        elapsed = time.perf_counter() - started
+        async with self.one_call:
+            started = time.perf_counter()
+            claims = await self.store.claim_many(requests)  # type: ignore[attr-defined]
+            elapsed = time.perf_counter() - started
         ended = time.time()
         self.calls += 1
         self.claimed += len(requests)
@@ -158,8 +161,8 @@ class Instance:
 
 async def _cell(plan: Plan, barriers: Any) -> dict[str, Any]:
     """One run: set up, wait with the others (the parent snapshots the server), go, report,
-    wait until every process is done (the parent snapshots again), close."""
-    ready, go, done = barriers
+    wait until every process is done and the parent has snapshot the server again, close."""
+    ready, go, done, measured = barriers
     members, k = plan["members"], plan["k"]
     if k >= len(members):
         table = {j: list(members) for j in plan["jobs"]}
@@ -169,7 +172,7 @@ async def _cell(plan: Plan, barriers: Any) -> dict[str, Any]:
     try:
         for store in stores:
             await store.open()
-        gates = [asyncio.Semaphore(IN_FLIGHT) for _ in stores]
+        gates = [(asyncio.Semaphore(IN_FLIGHT), asyncio.Lock()) for _ in stores]
         instances = [
             Instance(name, stores[i % len(stores)], gates[i % len(stores)], plan, table)
             for i, name in enumerate(plan["local"])
@@ -181,6 +184,7 @@ async def _cell(plan: Plan, barriers: Any) -> dict[str, Any]:
         await asyncio.gather(*(i.run(t0) for i in instances))
         after = resource.getrusage(resource.RUSAGE_SELF)
         await asyncio.to_thread(done.wait)
+        await asyncio.to_thread(measured.wait)
     finally:
         for store in stores:
             await store.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -75,22 +76,24 @@ MODES = (
 
 
 def _url(backend: str, strategy: str, base: str, prefix: str) -> str:
-    if backend == "redis":
-        return f"{base}?strategy={strategy}&prefix={prefix}"
+    if backend == "redis":  # a minute: a client starved by 64 instances connects late
+        return f"{base}?strategy={strategy}&prefix={prefix}&timeout_ms=60000"
     if backend == "postgres":
-        return f"{base}?schema=fleet&prefix={prefix}&pool_max_size=1"
+        return f"{base}?schema=fleet&prefix={prefix}&pool_max_size={_fleet_worker.IN_FLIGHT}"
     if backend == "nats":
         return f"{base}?strategy={strategy}&prefix={prefix}"
-    return f"{base}?prefix={prefix}"
+    return f"{base}?prefix={prefix}&busy_timeout_ms=60000"  # 16 connections share the file
 
 
 class Pool:
     """`PROCESSES` worker processes, kept for a backend's runs (spawning per run would cost
-    seconds each), released together by three barriers shared with this process."""
+    seconds each), released together by four barriers shared with this process: ready (set
+    up), go, done (claimed), measured (the server's counters read: only then may the workers
+    close their connections, whose PostgreSQL backends take their CPU counts with them)."""
 
     def __init__(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self.barriers = tuple(ctx.Barrier(PROCESSES + 1) for _ in range(3))
+        self.barriers = tuple(ctx.Barrier(PROCESSES + 1) for _ in range(4))
         self.out: Any = ctx.Queue()
         self.inboxes: list[Any] = [ctx.Queue() for _ in range(PROCESSES)]
         self.procs = [
@@ -102,7 +105,7 @@ class Pool:
 
     def run(self, plans: list[dict[str, Any]], probe: Probe) -> tuple[list[Any], dict[str, float]]:
         """Run one plan per process; returns their reports and the server's counters' deltas."""
-        ready, go, done = self.barriers
+        ready, go, done, measured = self.barriers
         for inbox, plan in zip(self.inboxes, plans, strict=True):
             inbox.put(plan)
         probe.reset()
@@ -111,11 +114,12 @@ class Pool:
             before = probe.snapshot()
             go.wait(300)
             done.wait(600)
+            after = probe.snapshot()
+            measured.wait(60)
         except Exception:  # noqa: BLE001 - a worker's error explains it: read it below
             reports = [self.out.get(timeout=60) for _ in plans]
             errors = [r["error"] for r in reports if "error" in r]
             raise RuntimeError("a worker failed: " + "; ".join(errors)) from None
-        after = probe.snapshot()
         reports = [self.out.get(timeout=60) for _ in plans]
         errors = [r["error"] for r in reports if "error" in r]
         if errors:
@@ -204,7 +208,7 @@ def run_cell(
         "reads": read,
         "calls": calls,
         "ops": ops,
-        "ops_per_run": round(ops / max(1, len(decided)), 2),
+        "ops_per_run": round(ops / max(1, len(decided)), 4),
         "cpu_s": round(cpu, 3),
         "cpu_us_per_run": round(cpu * 1e6 / max(1, len(decided)), 1),
         "client_cpu_s": round(client_cpu, 3),
@@ -314,6 +318,11 @@ async def measure_fleet(
         "skipped": {},
         "errors": {},
     }
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # the private servers are stopped on the way out
+
+    signal.signal(signal.SIGTERM, stop)
     pool = Pool()
     try:
         for name, backend, strategy in selected:
