@@ -80,8 +80,8 @@ def _url(backend: str, strategy: str, base: str, prefix: str) -> str:
         return f"{base}?strategy={strategy}&prefix={prefix}&timeout_ms=60000"
     if backend == "postgres":
         return f"{base}?schema=fleet&prefix={prefix}&pool_max_size={_fleet_worker.IN_FLIGHT}"
-    if backend == "nats":
-        return f"{base}?strategy={strategy}&prefix={prefix}"
+    if backend == "nats":  # as for Redis: a starved client connects late
+        return f"{base}?strategy={strategy}&prefix={prefix}&timeout_ms=60000"
     return f"{base}?prefix={prefix}&busy_timeout_ms=60000"  # 16 connections share the file
 
 

@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .fleet import FLEET_TARGETS
+
 __all__ = ["fleet_markdown", "fleet_verdicts", "plot_fleet", "print_fleet"]
 
 CPU_TARGET = 1.5
 DECIDE_TARGET_S = {"redis/lease": 1.0, "redis/idmp": 1.0, "postgres": 1.0, "nats": 2.0}
 BIG_N, BIG_J = 128, 10_000
+MODE_NAMES = ("everyone", "k2-check", "k2-batch", "k2-live")
 
 
 def _row(t: dict[str, Any], mode: str, n: int, jobs: int, kill: bool = False) -> Any:
@@ -125,7 +128,7 @@ def plot_fleet(fleet: dict[str, Any], folder: Path, plt: Any) -> list[Path]:
     for key, label, file in metrics:
         fig, axes = plt.subplots(1, len(targets), figsize=(3.6 * len(targets), 3.6), squeeze=False)
         for ax, t in zip(axes[0], targets, strict=True):
-            for mode in ("everyone", "k2-check", "k2-batch", "k2-live"):
+            for mode, color in zip(MODE_NAMES, ("C3", "C1", "C0", "C2"), strict=True):
                 for jobs, style in ((1_000, "-"), (10_000, "--")):
                     rows = sorted(
                         (r for r in t["rows"] if r["mode"] == mode and r["jobs"] == jobs
@@ -134,7 +137,7 @@ def plot_fleet(fleet: dict[str, Any], folder: Path, plt: Any) -> list[Path]:
                     )  # fmt: skip
                     if rows:
                         ax.plot([r["instances"] for r in rows], [r[key] for r in rows], style,
-                                marker="o", label=f"{mode} J={jobs:,}")  # fmt: skip
+                                color=color, marker="o", label=f"{mode} J={jobs:,}")  # fmt: skip
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(t["target"])
@@ -163,10 +166,8 @@ def merge(path: Path, others: list[Path]) -> dict[str, Any]:
         for key in ("skipped", "errors"):
             fleet[key] = {k: v for k, v in fleet[key].items() if k not in names}
         data.setdefault("merged", []).append({"from": other.name, "targets": sorted(names)})
-    order = [t["target"] for t in data["fleet"]["targets"]]
-    data["fleet"]["targets"].sort(
-        key=lambda t: (t["target"] == "redis/idmp", order.index(t["target"]))
-    )
+    order = [name for name, _, _ in FLEET_TARGETS]
+    data["fleet"]["targets"].sort(key=lambda t: order.index(t["target"]))
     path.write_text(json.dumps(data, indent=2) + "\n")
     return data
 
