@@ -10,6 +10,8 @@
 - `nox -s wheels`: build every wheel and sdist, inspect them, smoke-test them in a fresh venv.
 - `nox -s docs`: the site with `mkdocs build --strict`, and the tests of its examples.
 - `nox -s bench`: the benchmarks, `--quick` unless other arguments follow `--`.
+- `nox -s bench_fleet`: the fleet benchmark's full profile (issue 25; about 30 min on 2 busy
+  cores), on private servers it starts itself; `-- --quick` for its smoke profile.
 - `nox -s redaction`, `input_fuzz`, `damaged_store`: the long fuzz profiles (issue 21).
 - `nox -s chaos`: the failover harness's long profile on every topology (bench/chaos: 10^5
   contested claims with repeated faults each), results into bench/results/chaos/
@@ -194,6 +196,24 @@ def bench(session: nox.Session) -> None:
         env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
     )
     _with_services(session, "python", "-m", "bench", *(session.posargs or ["--quick"]))
+
+
+@nox.session
+def bench_fleet(session: nox.Session) -> None:
+    """The fleet benchmark (`python -m bench --only fleet`): 1 to 128 simulated instances on
+    private Redis, PostgreSQL and NATS servers and SQLite; writes bench/results/fleet.json and the
+    fleet plots of docs/benchmarks.md. Arguments after `--` are added (`-- --quick`)."""
+    session.run_install(
+        "uv",
+        "sync",
+        "--all-packages",
+        "--locked",
+        "--no-default-groups",
+        "--group",
+        "bench",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+    )
+    _with_services(session, "python", "-m", "bench", "--only", "fleet", *session.posargs)
 
 
 @nox.session

@@ -1,7 +1,9 @@
 """``python -m bench [--quick] [--only NAMES] [--skip NAMES]``: the whole suite in one run.
 
 NAMES are comma-separated backends (sqlite, postgres, redis, nats, rabbitmq), targets
-(redis/idmp, nats/expected-seq, ...) or phases (latency, contention, scale, runtime, peers).
+(redis/idmp, nats/expected-seq, ...) or phases (latency, contention, scale, runtime, peers,
+fleet). The fleet phase (`bench/fleet.py`) runs on private servers of its own and, run alone
+(``--only fleet``), writes ``fleet.json`` instead of ``bench.json``.
 A backend whose package is not importable or whose server does not answer is skipped with the
 reason. Writes ``bench/results/bench.json`` and the plots in ``docs/assets/bench/`` (``--quick``:
 both into ``bench/results/quick/``, which git ignores).
@@ -21,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import runtime
+from . import fleet, runtime
 from ._targets import ALL_BACKENDS, Env, Target, make_targets
 from .contention import measure_contention
 from .latency import measure_latency
@@ -30,7 +32,7 @@ from .plots import plot
 from .report import print_report
 from .scale import measure_scale
 
-PHASES = ("latency", "contention", "scale", "runtime", "peers")
+PHASES = ("latency", "contention", "scale", "runtime", "peers", "fleet")
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL: dict[str, Any] = {
@@ -43,6 +45,7 @@ FULL: dict[str, Any] = {
     "runtime_takeovers": 3,
     "memory_jobs": (1_000, 10_000),
     "peer_calls": 500,
+    **fleet.FULL,
 }
 QUICK: dict[str, Any] = {
     "latency_calls": 200,
@@ -54,6 +57,7 @@ QUICK: dict[str, Any] = {
     "runtime_takeovers": 1,
     "memory_jobs": (100, 1_000),
     "peer_calls": 100,
+    **fleet.QUICK,
 }
 
 
@@ -157,13 +161,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"[{target.name}] skipped: {reason}", flush=True)
                 results["skipped"][target.name] = reason
                 continue
-            if not phases - {"runtime"}:
+            if not phases - {"runtime", "fleet"}:
                 continue
             try:
                 await _run_target(target, phases, params, results)
             except Exception as exc:  # noqa: BLE001 - one backend's failure is reported, not fatal
                 traceback.print_exc()
                 results["errors"][target.name] = f"{type(exc).__name__}: {exc}"
+        if "fleet" in phases:
+            chosen = [t for t in fleet.FLEET_TARGETS if _selected(t[0], t[1], only, skip)]
+            with _Phase(results, "fleet"):
+                results["fleet"] = await fleet.measure_fleet(chosen, params, Path(tmp))
+            results["errors"].update(
+                {f"{k} fleet": v for k, v in results["fleet"]["errors"].items()}
+            )
     if "runtime" in phases:
         with _Phase(results, "runtime: slot -> start, takeover after kill -9, memory"):
             try:
@@ -193,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated backends, targets or phases to run")
     parser.add_argument("--skip", help="comma-separated backends, targets or phases to leave out")
     parser.add_argument("--out", type=Path, help="folder of the JSON (and of the plots if quick)")
-    parser.add_argument("--name", default="bench", help="the JSON's file name (without .json)")
+    parser.add_argument(
+        "--name", help="the JSON's file name without .json (default: bench; fleet if alone)"
+    )
     args = parser.parse_args(argv)
+    if args.name is None:
+        alone = _names(args.only) & set(PHASES) == {"fleet"}
+        args.name = "fleet" if alone else "bench"
     results = asyncio.run(run(args))
     out = args.out or ROOT / "bench" / "results" / ("quick" if args.quick else "")
     out.mkdir(parents=True, exist_ok=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .fleet_report import plot_fleet
+
 __all__ = ["plot"]
 
 
 def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     """latency-ratio.png (won and lost median / floor, with each target) and scale.png (time to
-    decide every job of one slot, 100 to 10,000 jobs). Returns the files written."""
+    decide every job of one slot, 100 to 10,000 jobs), and the fleet phase's (`plot_fleet`).
+    Returns the files written."""
     try:
         import matplotlib
 
@@ -65,4 +68,6 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    if results.get("fleet"):
+        written += plot_fleet(results["fleet"], folder, plt)
     return written

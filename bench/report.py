@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .fleet_report import print_fleet
+
 __all__ = ["print_report"]
 
 
@@ -143,3 +145,5 @@ def print_report(results: dict[str, Any], console: Console | None = None) -> Non
         console.print(t)
         for name, reason in peers["skipped"].items():
             console.print(f"  peer skipped ({name}): {reason}")
+    if results.get("fleet"):
+        print_fleet(results["fleet"], console)
