@@ -17,7 +17,10 @@ from pathlib import Path
 
 import attrs
 
-from .redis_servers import PrivateServer, find_binary
+try:
+    from .redis_servers import PrivateServer, find_binary
+except ImportError:  # imported by path (bench/chaos): not as a package
+    from redis_servers import PrivateServer, find_binary  # type: ignore[no-redef]
 
 __all__ = ["LocalCluster", "LocalSentinel", "start_cluster", "start_sentinel"]
 

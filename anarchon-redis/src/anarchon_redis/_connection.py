@@ -167,15 +167,24 @@ class Link:
             self.read_only = read_only
         except BaseException:
             self._client = None
-            await client.aclose()
+            await _closed(client)
             raise
 
     async def close(self) -> None:
         client, self._client = self._client, None
         self.read_only = False
         if client is not None:
-            await client.aclose()
+            await _closed(client)
 
     async def now_ms(self) -> int:
         with translated(self.url):
             return await server_now_ms(self.client)
+
+
+async def _closed(client: aioredis.Redis) -> None:
+    """Close `client`, and for a Sentinel primary's client the sentinels' clients too (redis-py
+    leaves those open)."""
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    await client.aclose()
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

@@ -30,7 +30,7 @@ import attrs
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from anarchon.backend import ConfigError, StoreURL
@@ -46,7 +46,7 @@ SENTINEL_PORT = 26379
 
 MAX_CONNECTIONS = 32
 """Connections one store opens at most (per node in a cluster); further calls wait for one (up
-to `timeout_ms`) on one server, and fail with `StoreUnavailable` in a cluster or via Sentinel."""
+to `timeout_ms`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -110,6 +110,11 @@ class Topology:
         return cls(kind="sentinel", nodes=nodes, service=service, db=int(db or "0"))
 
 
+class BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """redis-py's Sentinel pool, blocking: a burst of claims waits for a free connection (up to
+    `timeout_ms`) instead of failing with "Too many connections", as on one server."""
+
+
 def _tls_kwargs(tls: bool, options: RedisOptions) -> dict[str, Any]:
     """redis-py's TLS arguments: the server's certificate is always verified (and its host
     name, redis-py's default), against `tls_ca_file` or the system's CAs."""
@@ -169,7 +174,9 @@ def make_client(url: StoreURL, options: RedisOptions) -> aioredis.Redis:
             username=url.username,
             password=url.password,
             db=topology.db,
+            connection_pool_class=BlockingSentinelPool,
             max_connections=MAX_CONNECTIONS,
+            timeout=seconds,
             retry=Retry(NoBackoff(), 0),
         )
         return primary

@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..harness import Topology
+from .redis_failover import RedisClusterFailover, RedisSentinelFailover
 from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
 
 TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+    "redis-cluster": (RedisClusterFailover.OPTIONS, RedisClusterFailover),
+    "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""
