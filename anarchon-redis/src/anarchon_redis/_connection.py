@@ -184,7 +184,7 @@ class Link:
 async def _closed(client: aioredis.Redis) -> None:
     """Close `client`, and for a Sentinel primary's client the sentinels' clients too (redis-py
     leaves those open)."""
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     await client.aclose()
     for sentinel in getattr(manager, "sentinels", ()):
         await sentinel.aclose()
