@@ -130,13 +130,24 @@ class LocalCluster:
         live = [s for s in self.servers if s.process.poll() is None]
         return all("cluster_state:ok" in _ask(s.port, "CLUSTER", "INFO") for s in live)
 
+    def synced(self) -> bool:
+        """Every live replica's link to its primary is up (a replica that never synced does not
+        take over when its primary dies)."""
+        for server in self.servers:
+            if server.process.poll() is None:
+                text = _ask(server.port, "INFO", "replication")
+                if "role:slave" in text and "master_link_status:up" not in text:
+                    return False
+        return True
+
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
 
 
 def start_cluster() -> LocalCluster:
-    """A cluster of 3 primaries and 3 replicas, every slot covered, state ok on every node."""
+    """A cluster of 3 primaries and 3 replicas, every slot covered, state ok on every node, every
+    replica in sync."""
     binary = _binary()
     servers = []
     for port in _free_ports(6, bus=True):
@@ -168,6 +179,7 @@ def start_cluster() -> LocalCluster:
     )
     _wait("cluster_state:ok on every node", cluster.healthy)
     _wait("3 primaries", lambda: len(cluster.primaries()) == 3)
+    _wait("every replica in sync", cluster.synced)
     return cluster
 
 

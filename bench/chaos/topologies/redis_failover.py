@@ -101,6 +101,7 @@ class RedisClusterFailover:
             *("--cluster-node-timeout", "1000"),
         )
         _wait("cluster_state:ok", self.cluster.healthy)
+        _wait("the restarted node in sync as a replica", self.cluster.synced)
         return f"kill -9 the job's primary (:{port}); its replica promoted; restarted as a replica"
 
     def stop(self) -> None:
