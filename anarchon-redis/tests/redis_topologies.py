@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import attrs
+import redis
 
 try:
     from .redis_servers import PrivateServer, find_binary
@@ -214,6 +215,23 @@ class LocalSentinel:
     def server(self, port: int) -> PrivateServer:
         return self.primary if self.primary.port == port else self.replica
 
+    def replica_seen(self, port: int) -> bool:
+        """Every live sentinel lists 127.0.0.1:`port` as a replica that is up and linked to its
+        primary (a replica still marked down is not promoted)."""
+        for sentinel in self.sentinels:
+            if sentinel.process.poll() is None:
+                client = redis.Redis(host="127.0.0.1", port=sentinel.port, socket_timeout=1)
+                try:
+                    replicas = client.sentinel_slaves(self.service)
+                except (redis.RedisError, OSError):
+                    return False
+                finally:
+                    client.close()
+                mine = [r for r in replicas if int(r["port"]) == port]
+                if not mine or mine[0]["is_sdown"] or mine[0].get("master-link-status") != "ok":
+                    return False
+        return True
+
     def stop(self) -> None:
         for server in (*self.sentinels, self.primary, self.replica):
             server.stop()
@@ -234,7 +252,7 @@ def start_sentinel() -> LocalSentinel:
             f"port {port}\nbind 127.0.0.1\ndir {directory}\nlogfile sentinel.log\n"
             f"sentinel monitor anarchon 127.0.0.1 {ports[0]} 2\n"
             f"sentinel down-after-milliseconds anarchon {NODE_TIMEOUT_MS}\n"
-            "sentinel failover-timeout anarchon 5000\n"
+            "sentinel failover-timeout anarchon 2000\n"
             "sentinel parallel-syncs anarchon 1\n"
         )
         process = subprocess.Popen(

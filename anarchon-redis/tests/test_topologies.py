@@ -159,20 +159,19 @@ class TestClusterLeaseConformance(ConformanceSuite):
         test_C1_single_winner_processes = None
 
 
-class TestClusterScriptConformance(ConformanceSuite):
-    harness_class = ClusterScript
+if ALL:  # nox -s redis_topologies; CI certifies lease on the cluster only
 
+    class TestClusterScriptConformance(ConformanceSuite):
+        harness_class = ClusterScript
 
-class TestClusterStreamIdConformance(ConformanceSuite):
-    harness_class = ClusterStreamId
+    class TestClusterStreamIdConformance(ConformanceSuite):
+        harness_class = ClusterStreamId
 
+    class TestSentinelLeaseConformance(ConformanceSuite):
+        harness_class = SentinelLease
 
-class TestSentinelLeaseConformance(ConformanceSuite):
-    harness_class = SentinelLease
-
-
-class TestSentinelScriptConformance(ConformanceSuite):
-    harness_class = SentinelScript
+    class TestSentinelScriptConformance(ConformanceSuite):
+        harness_class = SentinelScript
 
 
 # --- a batch over every node ----------------------------------------------------------------

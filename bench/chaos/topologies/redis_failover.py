@@ -145,6 +145,7 @@ class RedisSentinelFailover:
             "the old primary in sync as a replica",
             lambda: "master_link_status:up" in launcher._ask(port, "INFO", "replication"),
         )
+        _wait("every sentinel sees the replica up", lambda: self.setup.replica_seen(port))
         return f"kill -9 the primary (:{port}); Sentinel promoted :{new}; restarted as a replica"
 
     def stop(self) -> None:
