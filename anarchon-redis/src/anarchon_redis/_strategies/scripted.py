@@ -113,7 +113,7 @@ class ScriptedStrategy(Strategy):
             if link.topology.kind == "cluster":
                 answer = await link.routed(self.keys(request.job).tag, send)
             else:
-                answer = await send(await link.pool_for(""))
+                answer = await send(client.connection_pool)
         except (rex.RedisError, rex.RedisClusterException, OSError, UnicodeDecodeError) as exc:
             await self._refuse(link, request.job, exc)
         if not isinstance(answer, str):
