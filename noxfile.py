@@ -16,6 +16,8 @@
 - `nox -s chaos`: the failover harness's long profile on every topology (bench/chaos: 10^5
   contested claims with repeated faults each), results into bench/results/chaos/
   (`nox -s chaos -- redis-restart` for one).
+- `nox -s redis_topologies`: every Redis strategy the kit certifies on a local Redis Cluster and
+  Sentinel setup (CI certifies `lease` on each), and the primary-killed tests.
 
 Sessions that need servers start the local ones first (scripts/services, idempotent) and prepare
 what scripts/dev test prepares (extra Redis servers, PgBouncer, libfaketime); what cannot be had
@@ -153,6 +155,21 @@ def chaos(session: nox.Session) -> None:
             "--out",
             out,
         )
+
+
+@nox.session
+def redis_topologies(session: nox.Session) -> None:
+    """anarchon-redis on a local Redis Cluster (3 primaries + 3 replicas) and Sentinel setup (a
+    primary, a replica, 3 sentinels): the kit certifies lease, script and stream-id on the cluster
+    and lease and script through Sentinel (CI: lease only), then a primary is killed under a
+    claimed run on each. Needs redis-server and redis-cli."""
+    _install(session)
+    session.run(
+        "pytest",
+        "anarchon-redis/tests/test_topologies.py",
+        *session.posargs,
+        env={"ANARCHON_TEST_ALL_TOPOLOGIES": "1"},
+    )
 
 
 @nox.session

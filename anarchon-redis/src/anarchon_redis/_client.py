@@ -8,12 +8,10 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from anarchon.backend import (
     AnarchonError,
@@ -26,51 +24,13 @@ from anarchon.backend import (
 
 from . import _wire as wire
 from ._keys import JobKeys
-from ._options import RedisOptions
 
-__all__ = ["Script", "check_types", "make_client", "reraising", "server_now_ms", "translated"]
+__all__ = ["Script", "check_types", "reraising", "server_now_ms", "translated"]
 
 T = TypeVar("T")
 
-MAX_CONNECTIONS = 32
-"""Connections one store opens at most; further calls wait for one (up to `timeout_ms`)."""
-
 OPEN_TRIES = 3
 """`open` tries to reach the server this often (0.2 s apart) before it gives up."""
-
-
-def _tls_kwargs(url: StoreURL, options: RedisOptions) -> dict[str, Any]:
-    """redis-py's TLS arguments for ``rediss://``: the server's certificate is always verified
-    (and its host name, redis-py's default), against `tls_ca_file` or the system's CAs."""
-    if url.scheme != "rediss":
-        return {}
-    return {
-        "ssl_cert_reqs": "required",
-        "ssl_ca_certs": options.tls_ca_file,
-        "ssl_certfile": options.tls_cert_file,
-        "ssl_keyfile": options.tls_key_file,
-    }
-
-
-def make_client(url: StoreURL, options: RedisOptions) -> aioredis.Redis:
-    """A client for `url` without anarchon's query options. No automatic retries: a claim that
-    fails on the wire is resent by the scheduler with the same token (C2), and renew / finish /
-    release must not be applied twice behind the caller's back."""
-    seconds = options.timeout_ms / 1000
-    # A blocking pool: a burst of claims (many jobs due in one slot) waits for a free connection
-    # instead of failing with "Too many connections" past the pool's size.
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url.without_query(),
-        max_connections=MAX_CONNECTIONS,
-        timeout=seconds,
-        socket_timeout=seconds,
-        socket_connect_timeout=seconds,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-        client_name="anarchon",
-        **_tls_kwargs(url, options),
-    )
-    return aioredis.Redis.from_pool(pool)
 
 
 async def ping(client: aioredis.Redis, url: StoreURL) -> None:
@@ -193,11 +153,14 @@ class Script:
         commands: Iterable[bytes],
         take: Callable[[int, Any], None],
         functions: bool = False,
+        pool: wire.Pool | None = None,
     ) -> None:
         """Calls of this script packed by hand (`_wire`), sent on one connection in order;
         `take(i, reply)` gets each call's reply (an error reply as its exception) as soon as it
         is read. Calls answered NOSCRIPT (a restart or SCRIPT FLUSH forgot the script) are sent
-        again once it is loaded, and taken then."""
+        again once it is loaded, and taken then. `pool`: where to send them (a cluster node's),
+        default the client's pool."""
+        where = pool if pool is not None else cast("wire.Pool", client.connection_pool)
         sent: list[bytes] = []
         missing: list[int] = []
 
@@ -212,11 +175,11 @@ class Script:
             else:
                 take(i, reply)
 
-        await wire.send(client.connection_pool, kept(), first)
+        await wire.send(where, kept(), first)
         if missing:
             await self.load(client, functions)
             await wire.send(
-                client.connection_pool,
+                where,
                 [sent[i] for i in missing],
                 lambda j, reply: take(missing[j], reply),
             )
@@ -256,6 +219,13 @@ def translated(url: StoreURL, keys: JobKeys | None = None) -> Iterator[None]:
             + (f"a key of job {keys.job!r}" if keys else "a reply")
             + f" holds bytes that are not UTF-8 text ({exc.reason} at byte {exc.start}); "
             "anarchon writes only UTF-8: remove or repair the value, or use another prefix"
+        ) from None
+    except (rex.AskError, rex.TryAgainError, rex.ClusterError, rex.RedisClusterException) as exc:
+        # MOVED is an AskError. Cluster errors subclass ResponseError: caught before it.
+        raise StoreUnavailable(
+            f"Redis at {url}: {exc}. In a Redis Cluster this is a failover or resharding in "
+            "progress (the claim may be resent); if the server is a cluster node, write "
+            "redis+cluster://host:port"
         ) from None
     except rex.ReadOnlyError:
         raise StoreUnavailable(

@@ -106,11 +106,18 @@ class Control:
         client, prefix = self.link.client, self.options.prefix
         with translated(self.link.url):
             jobs = await job_names(client, prefix, "pause")
+            # A cluster pipeline refuses TIME (it has no key): asked on its own there.
+            cluster = self.link.topology.kind == "cluster"
             pipe = client.pipeline(transaction=False)
-            pipe.time()
+            if not cluster:
+                pipe.time()
             for job in jobs:
                 pipe.hmget(JobKeys(prefix, job).pause, list(FIELDS))
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            replies: list[Any] = (
+                await pipe.execute(raise_on_error=False) if jobs or not cluster else []
+            )
+            if cluster:
+                replies.insert(0, await client.time())
         seconds, micros = replies[0]
         now = int(seconds) * 1000 + int(micros) // 1000
         found = []

@@ -7,8 +7,8 @@ the claims: inside the claim script it is a key outside the job's hash slot ``{p
 process (which misses a job whose keys were flushed and written again). Listing the keys
 instead writes nothing on the claim path, so a claim costs what it cost before; it needs only
 read rights (``SCAN`` is in ``@read``), so a monitoring user can list the jobs; and it lists
-exactly the jobs whose runs Redis holds now, after a flush or a restore too. A cluster client
-would scan node by node (redis-py's ``RedisCluster.scan_iter`` does). The price is a walk over
+exactly the jobs whose runs Redis holds now, after a flush or a restore too. In a Redis
+Cluster the walk goes node by node over the primaries (redis-py's ``RedisCluster.scan_iter``). The price is a walk over
 the database's keys on each call (``SCAN ... COUNT 1000``: about a thousand keys per round trip),
 paid by ``anarchon status`` and the dashboard, not by schedulers: where the database holds
 millions of other keys, name the jobs (``status --job``) or give anarchon its own database.
@@ -19,8 +19,6 @@ parse is not anarchon's (it is left out).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -74,13 +72,11 @@ async def kinds_under(client: aioredis.Redis, prefix: str, wanted: str) -> dict[
     """The kinds of anarchon key (`KINDS`) under `prefix`, each with one key of that kind: the
     walk stops at the first key of the `wanted` kind, so an open of a prefix in use is quick."""
     seen: dict[str, str] = {}
-    cursor = 0
-    while True:
-        reply: Any = await client.scan(cursor, match=f"{{{_glob(prefix)}:*", count=SCAN_COUNT)
-        cursor, keys = int(reply[0]), reply[1]
-        for key in keys:
-            kind = key.rpartition("}:")[2]
-            if kind in KINDS and _job_of(key, prefix, kind) is not None:
-                seen.setdefault(kind, key)
-        if wanted in seen or not cursor:
-            return seen
+    # scan_iter: a cluster client walks node by node (a cluster's SCAN cursor is per node).
+    async for key in client.scan_iter(match=f"{{{_glob(prefix)}:*", count=SCAN_COUNT):
+        kind = key.rpartition("}:")[2]
+        if kind in KINDS and _job_of(key, prefix, kind) is not None:
+            seen.setdefault(kind, key)
+            if kind == wanted:
+                break
+    return seen

@@ -109,6 +109,11 @@ class RedisOptions(StoreOptions):
     """Client certificate (mutual TLS), with `tls_key_file`."""
     tls_key_file: str | None = attrs.field(default=None, validator=_check_file)
     """Client key (mutual TLS), with `tls_cert_file`."""
+    sentinel_username: str | None = None
+    """``redis+sentinel://``: the user the sentinels ask for (their ``requirepass``/ACL), with
+    `sentinel_password`; the URL's own user and password are the primary's."""
+    sentinel_password: str | None = None
+    """``redis+sentinel://``: the password the sentinels ask for, if any."""
 
     def __attrs_post_init__(self) -> None:
         for name, strategies in _ONLY.items():
@@ -117,6 +122,10 @@ class RedisOptions(StoreOptions):
                     f"option {name} applies only to strategy={' or strategy='.join(strategies)}, "
                     f"not strategy={self.strategy}: remove it or change the strategy"
                 )
+        if self.sentinel_username is not None and self.sentinel_password is None:
+            raise ConfigError(
+                "sentinel_username needs sentinel_password: give both (or only the password)"
+            )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
 

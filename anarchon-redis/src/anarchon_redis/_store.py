@@ -45,14 +45,13 @@ from ._strategies import (
     StreamIdStrategy,
     strategy_for,
 )
+from ._topology import Topology
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from typing_extensions import Self
 
 __all__ = ["IdmpStore", "RedisLeaseStore", "RedisStore", "ScriptStore", "StreamIdStore"]
-
-SCHEMES = ("redis", "rediss")
 
 
 class RedisStore(ClaimStore):
@@ -66,22 +65,25 @@ class RedisStore(ClaimStore):
     def __init__(self, url: StoreURL, options: StoreOptions) -> None:
         if not isinstance(options, RedisOptions):
             raise TypeError(f"RedisStore needs RedisOptions, got {type(options).__name__}")
-        if url.scheme not in SCHEMES:
-            raise ConfigError(f"Redis URL {url} must start with redis:// or rediss:// (TLS)")
         if options.strategy != self.strategy_name:
             raise ConfigError(
                 f"{type(self).__name__} is strategy={self.strategy_name or '?'}, the options say "
                 f"strategy={options.strategy}; build stores with anarchon.connect, "
                 "RedisStore.create or RedisStore.from_url"
             )
-        if url.scheme != "rediss" and options.tls_given:
+        topology = Topology.of(url)  # a ConfigError for a URL of no topology we know
+        if not topology.tls and options.tls_given:
             raise ConfigError(
                 f"Redis URL {url}: the TLS options ({', '.join(options.tls_given)}) need a TLS "
-                "connection: use rediss://host:port/db (the server's TLS port)"
+                "connection: use rediss://host:port/db (the server's TLS port), or "
+                "rediss+cluster:// (TLS is not offered with redis+sentinel://)"
             )
-        if url.path and not url.path.isdigit():
+        if topology.kind != "sentinel" and (
+            options.sentinel_password is not None or options.sentinel_username is not None
+        ):
             raise ConfigError(
-                f"Redis URL {url}: the path must be a database number such as /0, got {url.path!r}"
+                f"Redis URL {url}: sentinel_username and sentinel_password apply only to "
+                "redis+sentinel:// URLs: remove them"
             )
         self.url = url
         self.options: RedisOptions = options

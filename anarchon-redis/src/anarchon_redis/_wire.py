@@ -11,12 +11,20 @@ disconnects on a broken connection and error replies behave as for any redis-py 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-import redis.asyncio as aioredis
 import redis.exceptions as rex
 
-__all__ = ["bulk", "call", "call_many", "command", "invoke", "send"]
+__all__ = ["Pool", "bulk", "call", "call_many", "command", "invoke", "send"]
+
+
+class Pool(Protocol):
+    """Where a packed command gets its connection: a redis-py pool, or a cluster node's
+    connections (`anarchon_redis._connection.NodePool`)."""
+
+    async def get_connection(self) -> Any: ...
+
+    async def release(self, connection: Any) -> Any: ...
 
 
 def bulk(text: str) -> str:
@@ -36,10 +44,10 @@ def invoke(head: str, key_count: int, keys: str, arg_count: int, args: str) -> b
     return (f"*{3 + key_count + arg_count}\r\n{head}{bulk(str(key_count))}{keys}{args}").encode()
 
 
-async def call(pool: aioredis.ConnectionPool, packed: bytes) -> Any:
+async def call(pool: Pool, packed: bytes) -> Any:
     """One packed command on a connection of `pool`: its reply; an error reply is raised as
     its `redis.exceptions.ResponseError` (the connection stays usable)."""
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    conn = await pool.get_connection()
     try:
         await _send_small(conn, packed)
         return await conn.read_response()
@@ -47,11 +55,11 @@ async def call(pool: aioredis.ConnectionPool, packed: bytes) -> Any:
         await pool.release(conn)
 
 
-async def call_many(pool: aioredis.ConnectionPool, packed: bytes, count: int) -> list[Any]:
+async def call_many(pool: Pool, packed: bytes, count: int) -> list[Any]:
     """`count` packed commands, written together (one write, one round trip) on a connection
     of `pool`: their replies in order, an error reply as its `redis.exceptions.ResponseError`
     (read whole, so the connection stays usable)."""
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    conn = await pool.get_connection()
     try:
         await _send_small(conn, packed)
         return [await _reply(conn) for _ in range(count)]
@@ -81,7 +89,7 @@ async def _send_small(conn: Any, packed: bytes) -> None:
 
 
 async def send(
-    pool: aioredis.ConnectionPool,
+    pool: Pool,
     commands: Iterable[bytes],
     take: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
@@ -92,7 +100,7 @@ async def send(
     `commands` may be a generator: the next command is built and sent while the server runs
     the one before, and a reply is read (and taken) only once the next command is on its way,
     so the server always has work queued while the client packs and parses."""
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    conn = await pool.get_connection()
     try:
         replies: list[Any] = []
         sent = 0

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..harness import Topology
 from .postgres_failover import PostgresFailover
+from .redis_failover import RedisClusterFailover, RedisSentinelFailover
 from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
@@ -16,5 +17,7 @@ __all__ = ["TOPOLOGIES"]
 TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "postgres-failover": (PostgresFailover.OPTIONS, PostgresFailover),
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+    "redis-cluster": (RedisClusterFailover.OPTIONS, RedisClusterFailover),
+    "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""

@@ -121,8 +121,14 @@ class IdmpStrategy(StreamStrategy):
             calls.append(wire.invoke(CONFIG.eval_head, 2, packed, 2, args))
         replies: dict[int, Any] = {}
         try:
-            await CONFIG.send(link.client, calls, replies.__setitem__)
-        except (rex.RedisError, OSError) as exc:
+            # One connection per node in a cluster (a call touches one job's hash slot).
+            for pool, indexes in await link.pools_for([self.keys(job).tag for job in jobs]):
+
+                def take(k: int, reply: Any, indexes: list[int] = indexes) -> None:
+                    replies[indexes[k]] = reply
+
+                await CONFIG.send(link.client, [calls[i] for i in indexes], take, pool=pool)
+        except (rex.RedisError, rex.RedisClusterException, OSError) as exc:
             await self._refuse(link, jobs[0], exc)
         for i, job in enumerate(jobs):
             if isinstance(replies[i], Exception):

@@ -52,6 +52,7 @@ from anarchon.backend import (
     shown,
 )
 
+from .. import _wire as wire
 from .._client import Script, guarded
 from .._keys import JobKeys
 from .._runs import run_from_value
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["LEASE", "LeaseStrategy"]
 
 LEASE = Script("lease.lua", claims=True, entry="lease")
+TIME = wire.command(["TIME"])
 CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
 
 
@@ -116,12 +118,25 @@ class LeaseStrategy(ScriptedStrategy):
         """L10: one plain read (HGET and TIME, pipelined, no script); the claim script only when
         the run is missing or its lease ran out."""
         keys = self.keys(request.job)
-        pipe = link.client.pipeline(transaction=False)
-        pipe.hget(keys.runs, str(request.slot))
-        pipe.time()
+        if link.topology.kind == "cluster":
+            # HGET and TIME packed together for the node that holds the run: its own clock, as
+            # the claim script reads it (a cluster pipeline refuses TIME).
+            packed = wire.command(["HGET", keys.runs, str(request.slot)]) + TIME
 
-        async def read() -> Any:
-            return await pipe.execute()
+            async def read() -> Any:
+                replies = await link.routed(keys.tag, lambda pool: wire.call_many(pool, packed, 2))
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+                return replies
+
+        else:
+            pipe = link.client.pipeline(transaction=False)
+            pipe.hget(keys.runs, str(request.slot))
+            pipe.time()
+
+            async def read() -> Any:
+                return await pipe.execute()
 
         raw, (seconds, micros) = await guarded(link.client, link.url, keys, [keys.runs], read)
         if raw is not None:

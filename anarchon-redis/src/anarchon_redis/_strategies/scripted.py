@@ -5,6 +5,7 @@ made by the same code."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 from urllib.parse import unquote
@@ -98,15 +99,22 @@ class ScriptedStrategy(Strategy):
         """`_decided` for one request, with less around it: the single claim is the hot path."""
         packed = self._call_one(script, option, request)
         client = link.client
-        try:
+
+        async def send(pool: wire.Pool) -> Any:
             try:
-                answer = await wire.call(client.connection_pool, packed)
+                return await wire.call(pool, packed)
             except rex.ResponseError as exc:
                 if not script.missing(exc):  # a restart or a flush forgot it: load, send again
                     raise
                 await script.load(client, self.functions)
-                answer = await wire.call(client.connection_pool, packed)
-        except (rex.RedisError, OSError, UnicodeDecodeError) as exc:
+                return await wire.call(pool, packed)
+
+        try:
+            if link.topology.kind == "cluster":
+                answer = await link.routed(self.keys(request.job).tag, send)
+            else:
+                answer = await send(client.connection_pool)
+        except (rex.RedisError, rex.RedisClusterException, OSError, UnicodeDecodeError) as exc:
             await self._refuse(link, request.job, exc)
         if not isinstance(answer, str):
             await self._refuse(link, request.job, self._odd(link, answer, 1))
@@ -137,6 +145,8 @@ class ScriptedStrategy(Strategy):
         while Redis runs one. Each call is atomic; a batch as a whole is not all-or-nothing. An
         ``error`` answer or an error reply is raised as that job's claim alone would raise it,
         once the whole batch is decided."""
+        if link.topology.kind == "cluster":
+            return await self._decided_on_nodes(link, script, option, requests, decide)
         chunks = (
             [requests]
             if len(requests) <= BATCH
@@ -175,3 +185,60 @@ class ScriptedStrategy(Strategy):
         if failed:
             await self._refuse(link, *failed[0])
         return [claim for chunk in done for claim in chunk]
+
+    async def _decided_on_nodes(
+        self,
+        link: Link,
+        script: Script,
+        option: str,
+        requests: Sequence[ClaimRequest],
+        decide: Callable[[ClaimRequest, str], T],
+    ) -> list[T]:
+        """`_decided` in a Redis Cluster: a script may only touch one hash slot, so each job is
+        a call of its own; the calls are grouped by the node that serves the job's slot, sent
+        one after another on one connection per node, to all nodes at once. Jobs answered MOVED
+        (a failover moved their slot; the call did not run) are sent once more after the slot
+        map is read again. A lost connection fails the batch (`StoreUnavailable`): the
+        scheduler resends it with the same tokens (C2)."""
+        done: dict[int, T] = {}
+        failed: list[tuple[str, Exception]] = []
+        moved: list[int] = []
+
+        async def one(pool: wire.Pool, chosen: list[int], retry: bool) -> None:
+            def take(k: int, reply: Any) -> None:
+                i = chosen[k]
+                request = requests[i]
+                if isinstance(reply, rex.MovedError) and retry:
+                    moved.append(i)
+                elif isinstance(reply, Exception):
+                    failed.append((request.job, reply))
+                elif not isinstance(reply, str):
+                    failed.append((request.job, self._odd(link, reply, 1)))
+                elif reply.startswith("error "):
+                    failed.append((request.job, rex.ResponseError(unquote(reply[6:]))))
+                else:
+                    try:
+                        done[i] = decide(request, reply)
+                    except AnarchonError as exc:
+                        failed.append((request.job, exc))
+
+            calls = (self._call_one(script, option, requests[i]) for i in chosen)
+            try:
+                await script.send(link.client, calls, take, self.functions, pool=pool)
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+                await link.stale()
+                failed.append((requests[chosen[0]].job, exc))
+
+        pending = list(range(len(requests)))
+        for retry in (True, False):
+            groups = await link.pools_for([self.keys(requests[i].job).tag for i in pending])
+            await asyncio.gather(
+                *(one(pool, [pending[j] for j in indexes], retry) for pool, indexes in groups)
+            )
+            if not moved or failed:
+                break
+            await link.stale()
+            pending, moved[:] = sorted(moved), []
+        if failed:
+            await self._refuse(link, *failed[0])
+        return [done[i] for i in range(len(requests))]

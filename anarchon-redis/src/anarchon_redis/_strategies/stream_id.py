@@ -85,11 +85,17 @@ class StreamIdStrategy(StreamStrategy):
     async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
+        packed = self._xadd(request) + self._xrange(request)
+
+        async def send(pool: wire.Pool) -> list[Any]:
+            replies = await wire.call_many(pool, packed, 2)
+            if isinstance(replies[0], rex.MovedError):  # not added: `routed` sends it again
+                raise replies[0]
+            return replies
+
         try:
-            added, entries = await wire.call_many(
-                link.client.connection_pool, self._xadd(request) + self._xrange(request), 2
-            )
-        except (rex.RedisError, OSError) as exc:
+            added, entries = await link.routed(self.keys(request.job).tag, send)
+        except (rex.RedisError, rex.RedisClusterException, OSError) as exc:
             await self._refuse(link, request.job, exc)
         if not isinstance(added, Exception):
             if request.skip_reason is not None:
