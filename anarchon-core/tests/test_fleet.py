@@ -221,3 +221,33 @@ def test_status_lists_the_live_members_with_their_wins() -> None:
     assert members[0]["last_heartbeat"].endswith("Z") and members[0]["stats"]["claims"] == 7
     text = runner.invoke(cli, ["status", "memory://status-members", "--once"]).output
     assert "2 live instance(s)" in text and "web-1" in text and "web-2" in text
+
+
+def test_the_dashboard_lists_the_live_members() -> None:
+    jinja2 = pytest.importorskip("jinja2")
+    from anarchon._urls import StoreURL
+    from anarchon.dashboard._app import _environment
+    from anarchon.dashboard._view import read_view
+
+    store = MemoryStore.create("dash-members")
+    asyncio.run(store.open())
+    asyncio.run(store.announce("web-<1>", 60_000, {"claims": 7, "wins": 3, "fallbacks": 1}))
+    view = asyncio.run(
+        read_view(store, StoreURL.parse("memory://dash-members"), jobs=(), schedules={}, slots=5)
+    )
+    assert [(m.name, m.claims, m.fallbacks, m.wins) for m in view.members] == [("web-<1>", 7, 1, 3)]
+    environment: jinja2.Environment = _environment()
+    html = environment.get_template("content.html").render(
+        view=view,
+        problem=None,
+        store="memory://dash-members",
+        legend=(),
+        refresh_ms=2000,
+        refresh_s="2",
+        version="test",
+        control_on=False,
+        controls=None,
+        until_choices=(),
+        flash="",
+    )
+    assert "Live instances" in html and "web-&lt;1&gt;" in html
