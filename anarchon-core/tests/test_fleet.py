@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 
 import pytest
 from click.testing import CliRunner
 
-from anarchon import ConfigError, MemoryStore, Run, Scheduler
+from anarchon import ConfigError, Member, MemoryStore, Run, Scheduler, StoreCorrupt
 from anarchon._fleet import contenders
 from anarchon._runtime.fleet import fleet_grace_ms
 from anarchon._runtime.settings import load_settings
@@ -251,3 +252,25 @@ def test_the_dashboard_lists_the_live_members() -> None:
         flash="",
     )
     assert "Live instances" in html and "web-&lt;1&gt;" in html
+
+
+class DamagedMembers(MemoryStore):
+    async def members(self) -> list[Member]:
+        raise StoreCorrupt("member at key x holds values anarchon never writes")
+
+
+async def test_a_member_list_that_cannot_be_read_makes_the_instance_claim_everything(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = DamagedMembers.create("damaged-members")
+    s = scheduler(store, "me", contenders=1)
+    assert s.fleet is not None
+    for other in ("b", "c", "d"):
+        await store.announce(other, 60_000)
+    with caplog.at_level(logging.WARNING, logger="anarchon.fleet"):
+        await s.fleet.beat()
+        await s.fleet.beat()
+    assert s.fleet.members == ()
+    assert all(s.fleet.contends("job", slot) for slot in range(0, 20_000, 1000))
+    warned = [r for r in caplog.records if "member list cannot be read" in r.getMessage()]
+    assert len(warned) == 1, "said once per distinct error"

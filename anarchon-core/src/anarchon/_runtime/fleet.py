@@ -16,7 +16,9 @@ from collections.abc import Sequence
 import attrs
 
 from .._claims import Claim, ClaimRequest
-from .._fleet import Member, contenders
+from .._errors import AnarchonError
+from .._fleet import Member, rendezvous_score
+from .._urls import redact
 from ..abc import SupportsMembership
 from .claimer import TRANSPORT_ERRORS
 from .context import RuntimeContext
@@ -78,6 +80,7 @@ class Fleet:
         """The live members as last read (empty before the first read or after failures)."""
         self._names: frozenset[str] = frozenset()
         self._stop = asyncio.Event()
+        self._problem: str | None = None
 
     @property
     def instance(self) -> str:
@@ -85,12 +88,24 @@ class Fleet:
 
     # -- roles -----------------------------------------------------------------------------------
     def contends(self, job: str, slot: int) -> bool:
-        """Whether this instance claims (job, slot) at the slot: it is one of its contenders,
-        or the member list cannot say (empty, or without this instance)."""
-        names = self._names
-        if self.instance not in names:
+        """Whether this instance claims (job, slot) at the slot: it is one of its contenders
+        (`anarchon._fleet.contenders`), or the member list cannot say (empty, or without this
+        instance). It stops at the k-th member ranked above it, so a large fleet costs a few
+        hashes per job for most of its members, not one per member."""
+        names, me = self._names, self.instance
+        if me not in names:
             return True
-        return self.instance in contenders(names, job, slot, self.k)
+        mine = rendezvous_score(me, job, slot)
+        above = 0
+        for name in names:
+            if name == me:
+                continue
+            score = rendezvous_score(name, job, slot)
+            if score > mine or (score == mine and name < me):
+                above += 1
+                if above >= self.k:
+                    return False
+        return True
 
     def split(self, specs: Sequence[JobSpec], slot: int) -> tuple[list[JobSpec], list[JobSpec]]:
         """The jobs of `slot` this instance claims now, and those it leaves to their
@@ -146,9 +161,27 @@ class Fleet:
         except TRANSPORT_ERRORS as exc:
             self.context.health.failed("announce", exc)
             return
+        except AnarchonError as exc:
+            # A member list the store cannot give (damaged, refused): contend for every slot,
+            # as without a fleet, until it can again; said once per distinct error.
+            self.forget(f"{type(exc).__name__}: {redact(str(exc))}")
+            return
         self.context.health.ok()
+        self._problem = None
         self.members = tuple(members)
         self._names = frozenset(m.instance for m in members)
+
+    def forget(self, problem: str) -> None:
+        """Drop the member list (this instance then claims every slot) and log why, once."""
+        self.members, self._names = (), frozenset()
+        if problem != self._problem:
+            log.warning(
+                "the fleet's member list cannot be read or written (%s); this instance claims "
+                "every slot until it can",
+                problem,
+                extra={"instance": self.instance},
+            )
+        self._problem = problem
 
     async def run(self, stop: asyncio.Event) -> None:
         """Beat every `refresh_ms` until `stop` is set."""
@@ -166,8 +199,8 @@ class Fleet:
         self._names = frozenset()
         try:
             await asyncio.wait_for(self.store.leave(self.instance), 2.0)
-        except TRANSPORT_ERRORS as exc:
-            log.debug("leaving the fleet failed: %s", exc)
+        except (*TRANSPORT_ERRORS, AnarchonError) as exc:
+            log.debug("leaving the fleet failed (its ttl will run out): %s", redact(str(exc)))
 
 
 def make_fleet(context: RuntimeContext, settings: Settings) -> Fleet | None:
