@@ -105,7 +105,7 @@ class MembershipTests(HarnessSuite):
             "M1: members() shows the refreshed member once"
         )
 
-    @rule("M1", "T1")
+    @rule("M1")
     @pytest.mark.asyncio
     async def test_M1_a_member_expires_after_its_ttl(self, harness: BackendHarness) -> None:
         """By the store's clock: the member is listed until its until_ms, not after; when it
