@@ -38,6 +38,7 @@ async def test_connect_by_url_and_capabilities(tmp_path: Path) -> None:
             batch=True,
             pause=True,
             trigger=True,
+            membership=True,
             remembers_ms=None,
         )
         now = await store.now_ms()
