@@ -5,28 +5,19 @@ journals to its own SQLite file (``journal`` in the config), outside the store u
 
 * ``runs``: each run it executes (job, slot, attempt, instance);
 * ``roles``: its part in each (job, slot), from the ``anarchon_fleet_slot`` hook.
-
-While the SQLite backend has no member list of its own (rule M1 lands there separately), the
-store is `SQLiteWithMembers`: the real SQLite claim store, plus a member table in a second file,
-with the same M1 semantics as memory://; with the real one installed it is used as it is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import sqlite3
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
 import anarchon
-from anarchon import Capabilities, Member
 from anarchon.plugins import StartedScheduler, hookimpl
 from anarchon_sqlite import SQLiteStore
 
@@ -45,82 +36,8 @@ def journal(sql: str, *values: object) -> None:
         db.close()
 
 
-class SQLiteWithMembers(SQLiteStore):
-    """SQLite's claims, and M1 in a side file (test scaffolding, see the module docstring)."""
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return attrs.evolve(super().capabilities, membership=True)
-
-    def _members_db(self) -> sqlite3.Connection:
-        db = sqlite3.connect(f"{self.path}.members", timeout=30, isolation_level=None)
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS members (instance PRIMARY KEY, seen, until, started, stats)"
-        )
-        return db
-
-    def _announce(self, instance: str, ttl_ms: int, stats: Mapping[str, int]) -> Member:
-        now = time.time_ns() // 1_000_000
-        db = self._members_db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT started, until FROM members WHERE instance = ?", (instance,)
-            ).fetchone()
-            started = row[0] if row is not None and row[1] >= now else now
-            db.execute(
-                "INSERT OR REPLACE INTO members VALUES (?, ?, ?, ?, ?)",
-                (instance, now, now + ttl_ms, started, json.dumps(dict(stats))),
-            )
-            db.execute("COMMIT")
-        finally:
-            db.close()
-        return Member(
-            instance=instance, seen_ms=now, until_ms=now + ttl_ms, started_ms=started, stats=stats
-        )
-
-    def _members(self) -> list[Member]:
-        now = time.time_ns() // 1_000_000
-        db = self._members_db()
-        try:
-            rows = db.execute(
-                "SELECT * FROM members WHERE until >= ? ORDER BY instance", (now,)
-            ).fetchall()
-        finally:
-            db.close()
-        return [
-            Member(instance=i, seen_ms=s, until_ms=u, started_ms=b, stats=json.loads(t))
-            for i, s, u, b, t in rows
-        ]
-
-    def _leave(self, instance: str) -> bool:
-        db = self._members_db()
-        try:
-            return db.execute("DELETE FROM members WHERE instance = ?", (instance,)).rowcount > 0
-        finally:
-            db.close()
-
-    async def announce(
-        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
-    ) -> Member:
-        return await asyncio.to_thread(self._announce, instance, ttl_ms, dict(stats or {}))
-
-    async def members(self) -> list[Member]:
-        return await asyncio.to_thread(self._members)
-
-    async def leave(self, instance: str) -> bool:
-        return await asyncio.to_thread(self._leave, instance)
-
-
-def make_store() -> anarchon.ClaimStore:
-    real = SQLiteStore.create(config["db"])
-    if real.capabilities.membership:
-        return real
-    return SQLiteWithMembers.create(config["db"])
-
-
 scheduler = anarchon.Scheduler(
-    make_store(),
+    SQLiteStore.create(config["db"]),
     instance=INSTANCE,
     grace="2s",
     contenders=config["contenders"],

@@ -1,5 +1,5 @@
-"""A fleet of scheduler processes with contenders (DESIGN section 12) on one SQLite file, while
-members join, leave (SIGTERM) and die (SIGKILL).
+"""A fleet of scheduler processes with contenders (DESIGN section 12) on one SQLite file (its
+member list is the SQLite backend's M1), while members join, leave (SIGTERM) and die (SIGKILL).
 
 The workers (fleet_roles_worker.py) journal each run they execute and their role in each
 (job, slot). The check counts every slot's fate, as test_fleet_restarts.py does: in the window

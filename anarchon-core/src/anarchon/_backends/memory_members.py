@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from .._errors import ConfigError
 from .._fleet import Member
+from .._members import check_announce, joined_at
 
 __all__ = ["MemberTable"]
 
@@ -25,16 +25,19 @@ class MemberTable:
     ) -> Member:
         """M1: live until ``now + ttl_ms``; `started_ms` kept from the first heartbeat since
         the member joined (or since its ttl ran out); `stats` replaced."""
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 1:
-            raise ConfigError(f"ttl_ms must be a positive number of milliseconds, got {ttl_ms!r}")
+        instance, ttl_ms, counters = check_announce(instance, ttl_ms, stats)
         known = self.rows.get((prefix, instance))
-        started = known.started_ms if known is not None and known.until_ms >= now else now
+        started = joined_at(
+            None if known is None else known.started_ms,
+            None if known is None else known.until_ms,
+            now,
+        )
         member = Member(
             instance=instance,
             seen_ms=now,
             until_ms=now + ttl_ms,
             started_ms=started,
-            stats=dict(stats or {}),
+            stats=counters,
         )
         self.rows[(prefix, instance)] = member
         return member
