@@ -1,6 +1,6 @@
 """One instance of the fleet in test_fleet_processes.py: ``python fleet_roles_worker.py CONFIG``.
 
-It runs `jobs` secondly jobs with `Scheduler.run()` on a SQLite file with a member list, and
+It runs `jobs` secondly jobs with `Scheduler.run()` on a store with a member list (SQLite or Redis), and
 journals to its own SQLite file (``journal`` in the config), outside the store under test:
 
 * ``runs``: each run it executes (job, slot, attempt, instance);
@@ -19,7 +19,6 @@ from typing import Any
 
 import anarchon
 from anarchon.plugins import StartedScheduler, hookimpl
-from anarchon_sqlite import SQLiteStore
 
 config: dict[str, Any] = json.loads(sys.argv[1])
 logging.basicConfig(
@@ -37,7 +36,7 @@ def journal(sql: str, *values: object) -> None:
 
 
 scheduler = anarchon.Scheduler(
-    SQLiteStore.create(config["db"]),
+    config["store"],
     instance=INSTANCE,
     grace="2s",
     contenders=config["contenders"],

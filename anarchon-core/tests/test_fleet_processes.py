@@ -1,5 +1,6 @@
-"""A fleet of scheduler processes with contenders (DESIGN section 12) on one SQLite file (its
-member list is the SQLite backend's M1), while members join, leave (SIGTERM) and die (SIGKILL).
+"""A fleet of scheduler processes with contenders (DESIGN section 12) on one SQLite file, and on
+Redis, with each backend's own member list (M1), while members join, leave (SIGTERM) and die
+(SIGKILL).
 
 The workers (fleet_roles_worker.py) journal each run they execute and their role in each
 (job, slot). The check counts every slot's fate, as test_fleet_restarts.py does: in the window
@@ -12,22 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import select
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import anarchon
 from anarchon import RunStatus
-from anarchon_sqlite import SQLiteStore
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
+REDIS_URL = os.environ.get("ANARCHON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 WORKER = Path(__file__).with_name("fleet_roles_worker.py")
 JOBS = 6
@@ -42,8 +48,28 @@ CHURN_S = REFRESH_S * 3 + GRACE_S + 1.5
 ttl (three refreshes), the grace, and a claim's time on a loaded machine."""
 
 
+@pytest.fixture(
+    params=["sqlite", pytest.param("redis-lease", marks=pytest.mark.services)],
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    redis = pytest.importorskip("redis")
+    prefix = "fleetroles" + uuid.uuid4().hex[:12]
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.skip(f"no Redis at {REDIS_URL}: start it or set ANARCHON_TEST_REDIS_URL")
+    yield f"{REDIS_URL}?prefix={prefix}"
+    for key in client.scan_iter(match=f"{{{prefix}:*", count=500):
+        client.delete(key)
+    client.close()
+
+
 class Fleet:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, store: str) -> None:
         self.tmp = tmp
         self.journal = tmp / "journal.db"
         db = sqlite3.connect(self.journal, isolation_level=None)
@@ -52,7 +78,7 @@ class Fleet:
         db.execute("CREATE TABLE roles (job, slot, instance, role, won, at)")
         db.close()
         self.config = {
-            "db": str(tmp / "store.db"),
+            "store": store,
             "journal": str(self.journal),
             "jobs": JOBS,
             "contenders": K,
@@ -113,24 +139,22 @@ class Fleet:
             db.close()
 
 
-def history(path: str) -> dict[tuple[str, int], RunStatus]:
+def history(url: str) -> dict[tuple[str, int], RunStatus]:
     async def read() -> dict[tuple[str, int], RunStatus]:
-        store = SQLiteStore.create(path)
-        await store.open_read_only()
-        try:
+        async with anarchon.connect(url, read_only=True) as store:
             return {
                 (f"j{j}", r.slot): r.status
                 for j in range(JOBS)
                 for r in await store.history(f"j{j}", 500)
             }
-        finally:
-            await store.close()
 
     return asyncio.run(read())
 
 
-def test_every_slot_runs_once_while_members_join_leave_and_die(tmp_path: Path) -> None:
-    fleet = Fleet(tmp_path)
+def test_every_slot_runs_once_while_members_join_leave_and_die(
+    tmp_path: Path, store_url: str
+) -> None:
+    fleet = Fleet(tmp_path, store_url)
     try:
         first = fleet.launch(3)
         start = time.time()
@@ -159,7 +183,7 @@ def test_every_slot_runs_once_while_members_join_leave_and_die(tmp_path: Path) -
     window = range(int(start + 1.5) * 1000, int(end - 1.5) * 1000, 1000)
     assert len(window) >= 10
     keys = [(f"j{j}", slot) for j in range(JOBS) for slot in window]
-    ledger = history(fleet.config["db"])
+    ledger = history(store_url)
     runs = fleet.rows("runs")
     firsts = Counter((job, slot) for job, slot, attempt, _, _ in runs if attempt == 1)
     ran = {(job, slot) for job, slot, _, _, _ in runs}
