@@ -83,6 +83,7 @@ async def prefix() -> AsyncIterator[str]:
     name = new_prefix()
     yield name
     await delete_stream(f"ANARCHON_{name}")
+    await delete_stream(f"ANARCHON_{name}_MEMBERS")  # the member list (M1)
 
 
 class StoreFactory:

@@ -42,6 +42,7 @@ class NATSHarness(BackendHarness):
         await super().cleanup()
         for name in self.streams:
             await testing.delete_stream(self.js, name)
+            await testing.delete_stream(self.js, f"{name}_MEMBERS")  # the member list (M1)
         await self.nc.close()
 
     @property
@@ -90,6 +91,7 @@ class NATSHarness(BackendHarness):
             store_clock=False,
             skips=True,
             batch=True,
+            membership=True,
             remembers_ms=int(window.removesuffix("s")) * 1000 if window else None,
         )
 

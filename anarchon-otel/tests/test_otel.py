@@ -142,3 +142,14 @@ def test_enabled_by_environment_only_when_asked() -> None:
         assert anarchon_otel.configure_from_env({anarchon_otel.ENABLED_ENV: "1"}) is not None
     finally:
         anarchon_otel.disable()
+
+
+def test_fleet_roles_are_counted(telemetry: Telemetry) -> None:
+    pm = plugin_manager()
+    pm.fleet_slot(store="memory://", instance="a", job="tick", slot=0, role="contender", won=True)
+    pm.fleet_slot(store="memory://", instance="a", job="tick", slot=0, role="silent", won=False)
+    found = telemetry.metrics()
+    roles = {p.attributes["anarchon.role"]: p.value for p in found["anarchon.fleet.slots"]}
+    assert roles == {"contender": 1, "silent": 1}
+    [wins] = found["anarchon.fleet.wins"]
+    assert (wins.value, wins.attributes["anarchon.role"]) == (1, "contender")

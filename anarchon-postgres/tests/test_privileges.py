@@ -61,7 +61,8 @@ async def test_no_usage_on_the_schema_of_existing_tables(schema: str, role: str)
     assert f"SELECT, INSERT, UPDATE on table {schema}.anarchon_runs_jobs;" in message
     assert f"SELECT on table {schema}.anarchon_runs_schema;" in message
     assert f"SELECT, INSERT, UPDATE, DELETE on table {schema}.anarchon_runs_pauses;" in message
-    assert f"SELECT, INSERT, DELETE on table {schema}.anarchon_runs_triggers." in message
+    assert f"SELECT, INSERT, DELETE on table {schema}.anarchon_runs_triggers;" in message
+    assert f"SELECT, INSERT, UPDATE, DELETE on table {schema}.anarchon_runs_members." in message
     # EXECUTE on functions is granted to PUBLIC by default: not missing.
     assert "EXECUTE on function" not in message.split("run:")[0]
     assert f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"' in message
@@ -138,5 +139,13 @@ async def test_the_documented_grants_are_enough_for_every_call(schema: str, role
         assert check.outcome is Outcome.RUNNING
         assert await store.release("m0", clock.now, many[0].token or "")
         assert [r.slot for r in await store.history("j")] == [T0 + 10_000]
+        # The member list (M1): announce (insert, then update and sweep), members, leave.
+        first = await store.announce("a:1", 1_000, {"wins": 1})
+        await store.announce("b:2", 1_000)
+        clock.advance(5_000)
+        again = await store.announce("a:1", 1_000)  # sweeps b:2, whose ttl ran out
+        assert again.started_ms == again.seen_ms > first.started_ms
+        assert [m.instance for m in await store.members()] == ["a:1"]
+        assert await store.leave("a:1")
     finally:
         await store.close()  # fmt: skip

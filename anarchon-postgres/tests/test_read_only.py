@@ -353,6 +353,43 @@ async def test_R1_a_right_revoked_while_reading_names_the_rights_of_a_reader(
         await reader.close()
 
 
+async def test_M1_a_select_only_role_reads_the_member_list(schema: str, role: str) -> None:
+    """M1 with R1: the documented monitoring grants read the members; the read changes none."""
+    owner = await owner_store(schema)
+    try:
+        member = await owner.announce("web-1:77:abcd", 60_000, {"wins": 3})
+        grant_reader(schema, role)
+        before = catalog(schema)
+        reader = await read_only(as_role(role, schema))
+        try:
+            assert await reader.members() == [member]
+        finally:
+            await reader.close()
+        assert catalog(schema) == before
+    finally:
+        await owner.close()
+
+
+async def test_M1_a_reader_granted_before_members_reads_all_else(schema: str, role: str) -> None:
+    """A monitoring role granted SELECT on the tables before the member list existed still
+    opens the store read-only and reads runs; only members() is refused, naming the right."""
+    owner = await owner_store(schema)
+    try:
+        await claim_and_finish(owner, "a", 1, RunStatus.SUCCEEDED)
+        expected = await owner.history("a")
+    finally:
+        await owner.close()
+    tables = ", ".join(f'"{schema}".{t}' for t in TABLES)  # every table but the members'
+    admin(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"', f'GRANT SELECT ON {tables} TO "{role}"')
+    reader = await read_only(as_role(role, schema))
+    try:
+        assert await reader.history("a") == expected
+        with pytest.raises(ConfigError, match="anarchon_runs_members"):
+            await reader.members()
+    finally:
+        await reader.close()
+
+
 # -- through PgBouncer -------------------------------------------------------------------------
 async def test_R1_read_only_through_pgbouncer(pgbouncer: PgBouncer, schema: str) -> None:
     through = url_with(schema, pgbouncer.url)

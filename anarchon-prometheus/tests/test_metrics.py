@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import anarchon_prometheus
-from anarchon import Claim, ClaimRequest, ConfigError, Outcome, Run, Scheduler
+from anarchon import Claim, ClaimRequest, ConfigError, MemoryStore, Outcome, Run, Scheduler
 from anarchon.plugins import plugin_manager
 from anarchon_sqlite import SQLiteStore, testing
 
@@ -167,3 +167,38 @@ async def test_the_port_from_the_environment_serves_metrics_when_a_scheduler_sta
 def test_a_bad_port_in_the_environment_is_named() -> None:
     with pytest.raises(ConfigError, match="ANARCHON_PROMETHEUS_PORT"):
         anarchon_prometheus.configure_from_env({anarchon_prometheus.PORT_ENV: "http"})
+
+
+@pytest.mark.slow
+async def test_fleet_roles_and_wins_are_counted(registry: CollectorRegistry) -> None:
+    """Two instances on one memory:// store, one contender per slot: each (job, slot) is one
+    contender claim and one silent read, and the wins add up to the runs."""
+    runs: list[int] = []
+    fleet = [
+        Scheduler(
+            MemoryStore.create("prom-fleet"),
+            instance=name,
+            contenders=1,
+            fleet_refresh="100ms",
+            environ={},
+        )
+        for name in ("a", "b")
+    ]
+    for s in fleet:
+        s.add_job(lambda run: runs.append(run.slot), "* * * * * *", name="tick")
+    for s in fleet:
+        await s.start()
+    try:
+        deadline = time.monotonic() + 8
+        while value(registry, "anarchon_fleet_slots_total", role="silent") < 2:
+            assert time.monotonic() < deadline, "no silent read was counted"
+            await asyncio.sleep(0.01)
+    finally:
+        for s in fleet:
+            await s.stop()
+    wins = sum(
+        value(registry, "anarchon_fleet_wins_total", role=role)
+        for role in ("contender", "fallback")
+    )
+    assert wins == len(runs) >= 2
+    assert value(registry, "anarchon_fleet_slots_total", role="fallback") == 0

@@ -39,6 +39,7 @@ async def test_connect_by_url_and_capabilities(tmp_path: Path) -> None:
             pause=True,
             trigger=True,
             retries=True,
+            membership=True,
             remembers_ms=None,
         )
         now = await store.now_ms()

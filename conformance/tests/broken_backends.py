@@ -5,7 +5,7 @@ They subclass the reference model, so everything else about them is right.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -15,6 +15,7 @@ from anarchon import (
     Claim,
     ClaimRequest,
     ClaimStore,
+    Member,
     MemoryStore,
     Outcome,
     RunRecord,
@@ -22,7 +23,7 @@ from anarchon import (
     StoreNotSetUp,
     Trigger,
 )
-from anarchon.backend import early_claim_error
+from anarchon.backend import check_announce, early_claim_error, joined_at
 from anarchon_conformance import DEFAULT_PREFIX, BackendHarness
 
 
@@ -250,6 +251,62 @@ class LosesTryLog(MemoryStore):
         return await super().finish(job, slot, token, status, error)
 
 
+_members: dict[tuple[int, str], dict[str, Member]] = {}
+"""(id of the memory namespace, prefix) -> its members, for `KeepsMembers`."""
+
+
+class KeepsMembers(MemoryStore):
+    """The reference model with its own member list (M1), kept right, for the broken one below:
+    it does not depend on how `MemoryStore` keeps members, if it does."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return attrs.evolve(super().capabilities, membership=True)
+
+    def _fleet(self) -> dict[str, Member]:
+        return _members.setdefault((id(self._ns), self.options.prefix), {})
+
+    async def announce(
+        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
+    ) -> Member:
+        instance, ttl_ms, counters = check_announce(instance, ttl_ms, stats)
+        with self._ns.lock:
+            now, fleet = self.clock(), self._fleet()
+            old = fleet.get(instance)
+            started = joined_at(old and old.started_ms, old and old.until_ms, now)
+            fleet[instance] = member = Member(
+                instance=instance,
+                seen_ms=now,
+                until_ms=now + ttl_ms,
+                started_ms=started,
+                stats=counters,
+            )
+        return member
+
+    def live(self, member: Member, now: int) -> bool:
+        return member.until_ms >= now
+
+    async def members(self) -> list[Member]:
+        with self._ns.lock:
+            now = self.clock()
+            return sorted(
+                (m for m in self._fleet().values() if self.live(m, now)),
+                key=lambda m: m.instance,
+            )
+
+    async def leave(self, instance: str) -> bool:
+        with self._ns.lock:
+            gone = self._fleet().pop(instance, None)
+            return gone is not None and gone.until_ms >= self.clock()
+
+
+class ListsExpiredMembers(KeepsMembers):
+    """Breaks M1: members() lists members whose ttl ran out."""
+
+    def live(self, member: Member, now: int) -> bool:
+        return True
+
+
 class BrokenHarness(BackendHarness):
     """The memory harness, opening `store_class` instead of `MemoryStore`."""
 
@@ -390,3 +447,17 @@ class IgnoresRetryDelayHarness(BrokenHarness):
 
 class LosesTryLogHarness(BrokenHarness):
     store_class = LosesTryLog
+
+
+class KeepsMembersHarness(BrokenHarness):
+    """Not broken: the member list of `KeepsMembers` passes M1."""
+
+    store_class: ClassVar[type[MemoryStore]] = KeepsMembers
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return attrs.evolve(super().capabilities, membership=True)
+
+
+class ListsExpiredMembersHarness(KeepsMembersHarness):
+    store_class = ListsExpiredMembers

@@ -40,15 +40,21 @@ BROKEN = {
     "broken_backends:TriggersShareSlotsHarness": "X1",
     "broken_backends:IgnoresRetryDelayHarness": "L12",
     "broken_backends:LosesTryLogHarness": "L12",
+    "broken_backends:ListsExpiredMembersHarness": "M1",
     # A lease store with no clock of its own, broken four ways (the outsider's etcd variants).
     "clockless_store:YesManHarness": "C1",
     "clockless_store:AmnesiacHarness": "T3",
     "clockless_store:UnfencedHarness": "L7",
     "clockless_store:ClientClockHarness": "T1",
 }
-SOUND = ("broken_backends:Control", "broken_backends:RefusesEarlyClaimsHarness")
+SOUND = (
+    "broken_backends:Control",
+    "broken_backends:RefusesEarlyClaimsHarness",
+    "broken_backends:KeepsMembersHarness",
+)
 """Not broken: certified. The second keeps C5 with a write-time window by refusing early claims,
-so the C5 check is shown to tell refusing from forgetting. (The sound clockless store is
+so the C5 check is shown to tell refusing from forgetting; the third keeps the member list (M1)
+that its broken twin lists expired members from. (The sound clockless store is
 certified in test_clockless_conformance.py.)"""
 PARALLEL = max(4, 2 * (os.cpu_count() or 1))
 """How many certifications run at once."""

@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import attrs
 import nats
 from nats.aio.client import Client
 
@@ -26,6 +27,7 @@ from anarchon import (
     ClaimRequest,
     ClaimStore,
     ConfigError,
+    Member,
     RunRecord,
     StoreOptions,
     StoreUnavailable,
@@ -43,6 +45,7 @@ from ._connection import (
     shown_url,
     translate,
 )
+from ._members import MemberList
 from ._options import NATSOptions
 from ._replies import Replies
 from ._strategies import strategy_for
@@ -85,6 +88,7 @@ class NATSStore(ClaimStore):
         self._link: Link | None = None
         self._errors = ConnectErrors(self._secrets)
         self._read_only = False
+        self._members = MemberList(prefix=options.prefix, stream=self.stream)
 
     @classmethod
     def create(cls, url: str, **options: object) -> NATSStore:
@@ -100,7 +104,7 @@ class NATSStore(ClaimStore):
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.strategy.capabilities
+        return attrs.evolve(self.strategy.capabilities, membership=True)
 
     # -- connection ------------------------------------------------------------------------------
     def _error(self, exc: BaseException) -> AnarchonError:
@@ -181,6 +185,7 @@ class NATSStore(ClaimStore):
                 await self.strategy.find(link)
             else:
                 await self.strategy.setup(link)
+                await self._members.setup(link)
             await link.replies.start()
         except BaseException as exc:
             await nc.close()
@@ -262,3 +267,37 @@ class NATSStore(ClaimStore):
     async def now_ms(self) -> int | None:
         """None: NATS offers no clock; lateness is judged by the instance's clock (T4)."""
         return None
+
+    # -- the fleet's member list (M1): `_members` --------------------------------------------------
+    async def announce(
+        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
+    ) -> Member:
+        """M1: write or refresh `instance`, live for `ttl_ms` by this instance's clock (NATS has
+        none to read); one publish while no other writer touches the member."""
+        link = self._writable()
+        try:
+            return await self._members.announce(link, instance, ttl_ms, stats)
+        except AnarchonError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise self._error(exc) from None
+
+    async def members(self) -> list[Member]:
+        """M1: the live members by this instance's clock, sorted by instance; reads only (R1)."""
+        link = self._opened()
+        try:
+            return await self._members.members(link)
+        except AnarchonError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise self._error(exc) from None
+
+    async def leave(self, instance: str) -> bool:
+        """M1: remove `instance` now; False if it was not a live member."""
+        link = self._writable()
+        try:
+            return await self._members.leave(link, instance)
+        except AnarchonError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise self._error(exc) from None

@@ -70,6 +70,14 @@ class OtelObserver:
         self.run_duration = meter.create_histogram(
             "anarchon.run.duration", unit="s", description="How long runs took, by job and status"
         )
+        self.fleet_slots = meter.create_counter(
+            "anarchon.fleet.slots",
+            unit="{slot}",
+            description="(job, slot)s by this instance's fleet role: contender, fallback, silent",
+        )
+        self.fleet_wins = meter.create_counter(
+            "anarchon.fleet.wins", unit="{run}", description="Runs won at their slot, by role"
+        )
         self.runs_active = meter.create_up_down_counter(
             "anarchon.runs.active", unit="{run}", description="Runs this instance is executing"
         )
@@ -185,3 +193,10 @@ class OtelObserver:
     @hookimpl
     def anarchon_store_error(self, store: str, operation: str, error: BaseException) -> None:
         self.store_errors.add(1, {"anarchon.operation": operation})
+
+    @hookimpl
+    def anarchon_fleet_slot(self, instance: str, role: str, won: bool) -> None:
+        labels = {"anarchon.role": role, "anarchon.instance": instance}
+        self.fleet_slots.add(1, labels)
+        if won:
+            self.fleet_wins.add(1, labels)

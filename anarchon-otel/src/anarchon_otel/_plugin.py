@@ -70,3 +70,10 @@ def anarchon_store_error(store: str, operation: str, error: BaseException) -> No
     observer = active()
     if observer is not None:
         observer.anarchon_store_error(store=store, operation=operation, error=error)
+
+
+@hookimpl
+def anarchon_fleet_slot(instance: str, role: str, won: bool) -> None:
+    observer = active()
+    if observer is not None:
+        observer.anarchon_fleet_slot(instance=instance, role=role, won=won)

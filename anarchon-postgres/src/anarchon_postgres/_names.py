@@ -35,9 +35,14 @@ class Names:
         return f"{self.table}_triggers"
 
     @property
-    def control_tables(self) -> tuple[str, str]:
-        """The tables of pause and trigger, which a schema made before them lacks."""
-        return (self.pauses_table, self.triggers_table)
+    def members_table(self) -> str:
+        return f"{self.table}_members"
+
+    @property
+    def control_tables(self) -> tuple[str, ...]:
+        """The tables of pause and trigger, and the member list (M1), which a schema made
+        before them lacks."""
+        return (self.pauses_table, self.triggers_table, self.members_table)
 
     @property
     def all_tables(self) -> tuple[str, ...]:
@@ -78,6 +83,10 @@ class Names:
     @property
     def triggers(self) -> sql.Identifier:
         return sql.Identifier(self.schema, self.triggers_table)
+
+    @property
+    def members(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.members_table)
 
     @property
     def claim(self) -> sql.Identifier:

@@ -6,7 +6,8 @@ lock, ``SET``, function of ours or transaction of its own. The claim functions a
 reading needs none of them. Reads after it (`history`, `jobs`, `now_ms`, `pauses`, `triggers`)
 are plain ``SELECT``s too, so ``USAGE`` on the schema and ``SELECT`` on the tables are all a user
 needs. A schema made before the control tables (pauses, triggers) is read without them: it has
-no pause and no trigger.
+no pause and no trigger. A reader without ``SELECT`` on the members table (granted before it
+existed) still opens the store: only `members` is refused, with the grant that fixes it.
 """
 
 from __future__ import annotations
@@ -68,8 +69,12 @@ async def check_readable(
     if not any(t in readable for t in names.tables):
         raise _not_set_up(names, where, f"schema {names.schema} has no table {names.table}")
     missing = [] if usage else [f"USAGE on schema {names.schema}"]
+    # The member list (M1) came after these rights were first granted: a reader granted the
+    # tables before it still reads runs, pauses and triggers; only `members()` needs the grant.
     missing.extend(
-        f"SELECT on table {names.shown(t)}" for t in names.all_tables if readable.get(t) is False
+        f"SELECT on table {names.shown(t)}"
+        for t in names.all_tables
+        if readable.get(t) is False and t != names.members_table
     )
     if missing:
         raise ConfigError(

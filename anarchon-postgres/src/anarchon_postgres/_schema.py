@@ -87,8 +87,22 @@ def _columns(names: Names) -> dict[str, dict[str, str]]:
     return {names.table: _RUNS, names.jobs_table: _JOBS, names.version_table: _VERSION}
 
 
+_MEMBERS = {
+    "prefix": "text",
+    "instance": "text",
+    "started_ms": "bigint",
+    "seen_ms": "bigint",
+    "until_ms": "bigint",
+    "stats": "text",
+}
+
+
 def _control_columns(names: Names) -> dict[str, dict[str, str]]:
-    return {names.pauses_table: _PAUSES, names.triggers_table: _TRIGGERS}
+    return {
+        names.pauses_table: _PAUSES,
+        names.triggers_table: _TRIGGERS,
+        names.members_table: _MEMBERS,
+    }
 
 
 def _create(names: Names) -> list[sql.Composed]:
@@ -113,7 +127,11 @@ def _create_control(names: Names) -> list[sql.Composed]:
         "triggers_new": sql.Identifier(f"{names.triggers_table}_new"),
     }
     statements = (s.strip() for s in source("control.sql").split(";\n"))
-    return [sql.SQL(s).format(**values) for s in statements if s]
+    members = (s.strip() for s in source("members.sql").split(";\n"))
+    return [
+        *(sql.SQL(s).format(**values) for s in statements if s),
+        *(sql.SQL(s).format(members=names.members) for s in members if s),
+    ]
 
 
 _CATALOG = """
@@ -266,13 +284,15 @@ def table_privileges(names: Names) -> dict[str, tuple[str, ...]]:
     caller's rights): runs are read, inserted, updated and deleted (retention, L11); job rows are
     inserted and locked (``FOR UPDATE`` needs UPDATE) and their floor raised; the version is read;
     pauses are read by every claim and written by pause and resume; triggers are read by every
-    instance, written by trigger, which also deletes those older than a day."""
+    instance, written by trigger, which also deletes those older than a day; members (M1) are
+    upserted by each announce, which deletes those whose ttl ran out, and by leave."""
     return {
         names.table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
         names.jobs_table: ("SELECT", "INSERT", "UPDATE"),
         names.version_table: ("SELECT",),
         names.pauses_table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
         names.triggers_table: ("SELECT", "INSERT", "DELETE"),
+        names.members_table: ("SELECT", "INSERT", "UPDATE", "DELETE"),
     }
 
 

@@ -29,6 +29,7 @@ from ._connection import Connections, Cursor, libpq_conninfo
 from ._control import ControlStatements, PauseAndTrigger
 from ._durability import check_replicated
 from ._errors import shown_url, translate
+from ._members import Membership, MemberStatements
 from ._names import Names
 from ._options import PostgresOptions
 from ._plpgsql import lock_timeout_setting
@@ -40,12 +41,14 @@ __all__ = ["PostgresStore"]
 
 Clock = Callable[[], int]
 _INLINE_CLOSE = INLINE_CLOSE.encode()
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
-"""Every rule by the server's clock, batches (`claim_many`), pause (P1), trigger (X1) and
-retries (L12)."""
+_CAPABILITIES = attrs.evolve(
+    LEASE_STORE, batch=True, pause=True, trigger=True, retries=True, membership=True
+)
+"""Every rule by the server's clock, batches (`claim_many`), pause (P1), trigger (X1), retries
+(L12) and the fleet's member list (M1)."""
 
 
-class PostgresStore(PauseAndTrigger, LeaseStore):
+class PostgresStore(PauseAndTrigger, Membership, LeaseStore):
     """Lease store in PostgreSQL: each claim is one call of the server-side claim function, which
     serializes the claims of one job on a row lock in ``<table>_jobs`` (C1) and keeps L1-L11 and
     P1 as `memory://` does. The clock is the server's ``clock_timestamp()``, read after the lock (T1).
@@ -78,6 +81,9 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
         """The pauses and triggers tables exist (False: a schema from before them, read-only)."""
         self._keeps_pauses = True
         """The claim functions keep P1 (False: an older body the user may not replace)."""
+        self._members = MemberStatements.build(self.names)
+        self._members_table = True
+        """The members table exists (False: a schema from before it, read-only)."""
         self._db = Connections(
             self._conninfo,
             options,
@@ -128,7 +134,7 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
             if self.options.durability == "replicated":
                 await check_replicated(conn, self.where)
             self._keeps_pauses = await ensure_schema(conn, self.names)
-            self._control_tables = True
+            self._control_tables = self._members_table = True
             self._sql = self._sql.rendered(conn)
             self._encoding = conn.info.encoding
         except psycopg.Error as exc:
@@ -152,6 +158,7 @@ class PostgresStore(PauseAndTrigger, LeaseStore):
         conn = await self._db.connect()
         try:
             self._control_tables = await check_readable(conn, self.names, self.where)
+            self._members_table = self._control_tables
             self._sql = self._sql.rendered(conn)
             self._encoding = conn.info.encoding
         except psycopg.Error as exc:

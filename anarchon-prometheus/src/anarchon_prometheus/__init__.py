@@ -10,7 +10,8 @@ Metrics: ``anarchon_claims_total{job,outcome}``, ``anarchon_takeovers_total{job}
 ``anarchon_runs_fenced_total{job}``, ``anarchon_runs_finished_total{job,status}``,
 ``anarchon_store_errors_total{operation}``, ``anarchon_claim_latency_seconds{job}``,
 ``anarchon_run_duration_seconds{job,status}``, ``anarchon_running_jobs{job}``,
-``anarchon_lease_age_seconds{job}``.
+``anarchon_lease_age_seconds{job}``, and on stores with a member list
+``anarchon_fleet_slots_total{role}`` and ``anarchon_fleet_wins_total{role}``.
 """
 
 from __future__ import annotations

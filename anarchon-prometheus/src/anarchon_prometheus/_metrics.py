@@ -124,6 +124,20 @@ class PrometheusMetrics:
             buckets=RUN_BUCKETS,
             registry=r,
         )
+        self.fleet_slots = Counter(
+            "anarchon_fleet_slots",
+            "On stores with a member list: (job, slot)s by this instance's role, contender (claimed "
+            "at the slot), fallback (found undecided after the grace and decided) or silent "
+            "(already decided when read)",
+            ["role"],
+            registry=r,
+        )
+        self.fleet_wins = Counter(
+            "anarchon_fleet_wins",
+            "On stores with a member list: runs this instance won at their slot, by role",
+            ["role"],
+            registry=r,
+        )
         self.runs = _Runs()
         r.register(self.runs)
 
@@ -131,12 +145,15 @@ class PrometheusMetrics:
         """Remove every metric from the registry and stop the HTTP server, if this started one."""
         for collector in (
             self.claims,
+            self.skips,
             self.takeovers,
             self.runs_fenced,
             self.runs_finished,
             self.store_errors,
             self.claim_latency,
             self.run_duration,
+            self.fleet_slots,
+            self.fleet_wins,
             self.runs,
         ):
             self.registry.unregister(collector)
@@ -176,3 +193,9 @@ class PrometheusMetrics:
     @hookimpl
     def anarchon_store_error(self, operation: str) -> None:
         self.store_errors.labels(operation).inc()
+
+    @hookimpl
+    def anarchon_fleet_slot(self, role: str, won: bool) -> None:
+        self.fleet_slots.labels(role).inc()
+        if won:
+            self.fleet_wins.labels(role).inc()

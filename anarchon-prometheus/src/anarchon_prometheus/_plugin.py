@@ -50,3 +50,10 @@ def anarchon_store_error(operation: str) -> None:
     metrics = active()
     if metrics is not None:
         metrics.anarchon_store_error(operation=operation)
+
+
+@hookimpl
+def anarchon_fleet_slot(role: str, won: bool) -> None:
+    metrics = active()
+    if metrics is not None:
+        metrics.anarchon_fleet_slot(role=role, won=won)

@@ -78,8 +78,9 @@ class JobKeys:
 
 @attrs.frozen
 class PrefixKeys:
-    """The keys of a prefix rather than of one job: the trigger list (X1). Written by
-    ``control.lua`` only, read by one call; no claim script touches them."""
+    """The keys of a prefix rather than of one job: the trigger list (X1), written by
+    ``control.lua``, and the member list (M1), written by ``members.lua``; each read by one
+    call, and no claim script touches them."""
 
     prefix: str
 
@@ -97,3 +98,14 @@ class PrefixKeys:
     def trigger_slots(self) -> str:
         """hash, job -> the newest slot a trigger of the job was given (X1: each is new)."""
         return f"{self.tag}:trigger-slots"
+
+    @property
+    def members(self) -> str:
+        """hash, instance -> ``<started> <seen> <until> <stats JSON>``: the fleet's members
+        (M1), written by ``members.lua``, read with HGETALL."""
+        return f"{self.tag}:members"
+
+    @property
+    def member_ends(self) -> str:
+        """sorted set, instance scored by its until (epoch ms): which members ended (M1)."""
+        return f"{self.tag}:member-ends"

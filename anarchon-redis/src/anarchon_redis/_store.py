@@ -12,12 +12,15 @@ the clock and the job list are plain reads, so a user allowed only ``@read`` com
 
 The lease and script stores also pause jobs and trigger runs (`anarchon.abc.SupportsPause`,
 `SupportsTrigger`; `_control`): their claim scripts read the job's pause in the same call.
-stream-id and idmp claim with a bare ``XADD`` and offer neither."""
+stream-id and idmp claim with a bare ``XADD`` and offer neither. Every store keeps the fleet's
+member list (`anarchon.abc.SupportsMembership`, M1; `_members`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
+
+import attrs
 
 from anarchon.backend import (
     Capabilities,
@@ -36,6 +39,7 @@ from anarchon.backend import (
 from ._connection import Link
 from ._control import Control
 from ._keys import JobKeys
+from ._members import Membership
 from ._options import RedisOptions
 from ._strategies import (
     IdmpStrategy,
@@ -54,9 +58,10 @@ if TYPE_CHECKING:
 __all__ = ["IdmpStore", "RedisLeaseStore", "RedisStore", "ScriptStore", "StreamIdStore"]
 
 
-class RedisStore(ClaimStore):
+class RedisStore(ClaimStore, Membership):
     """A Redis claim store. Build it with `anarchon.connect`, `RedisStore.create` or
-    `RedisStore.from_url`, which give the class of ``options.strategy``."""
+    `RedisStore.from_url`, which give the class of ``options.strategy``. Every strategy keeps
+    the fleet's member list (M1, `Membership`)."""
 
     Options: ClassVar[type[StoreOptions]] = RedisOptions
     strategy_name: ClassVar[str] = ""
@@ -126,7 +131,7 @@ class RedisStore(ClaimStore):
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.strategy.capabilities
+        return attrs.evolve(self.strategy.capabilities, membership=True)
 
     async def open(self) -> None:
         await self.link.open(self.strategy.setup)

@@ -5,7 +5,8 @@ so prefixes never see each other's rows. Creation runs inside ``BEGIN IMMEDIATE`
 processes opening one new file at once create it exactly once. A file whose tables exist but do
 not look like ours is never touched: opening it raises `StoreCorrupt`.
 
-The control tables (pauses and triggers, rules P1 and X1) came later than the three others. A
+The control tables (pauses and triggers, rules P1 and X1) came later than the three others, and
+the member list (``anarchon_members``, rule M1) later still: it is one of them here. A
 file written before them gets them on its next open (``CREATE TABLE IF NOT EXISTS``, in a
 transaction of its own); they do not change the schema version, since a release that does not
 know them reads and writes its own tables as before (it ignores pauses: see the docs on
@@ -22,6 +23,7 @@ from anarchon import StoreCorrupt
 __all__ = [
     "CONTROL",
     "JOBS",
+    "MEMBERS",
     "PAUSES",
     "RUNS",
     "SCHEMA",
@@ -38,6 +40,7 @@ RUNS = "anarchon_runs"
 JOBS = "anarchon_jobs"
 PAUSES = "anarchon_pauses"
 TRIGGERS = "anarchon_triggers"
+MEMBERS = "anarchon_members"
 SCHEMA_VERSION = 1
 COMPONENT = "sqlite"
 
@@ -72,6 +75,11 @@ _CONTROL: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("prefix", "job", "slot", "requested_at", "reason", "requested_by"),
         ("prefix", "job", "slot"),
     ),
+    # The fleet's member list (M1), added beside the control tables, as they were.
+    MEMBERS: (
+        ("prefix", "instance", "started_ms", "seen_ms", "until_ms", "stats"),
+        ("prefix", "instance"),
+    ),
 }
 CONTROL = tuple(_CONTROL)
 """The control tables, which a file from an older release may lack (module doc)."""
@@ -90,6 +98,7 @@ def _create(name: str = "tables.sql") -> list[str]:
         "jobs": JOBS,
         "pauses": PAUSES,
         "triggers": TRIGGERS,
+        "members": MEMBERS,
         "component": COMPONENT,
         "version": SCHEMA_VERSION,
     }
@@ -132,7 +141,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         elif any(table in found for table in _TABLES):
             # A file of an older release: check its tables before adding the control tables.
             verify_schema(conn, path, control=False)
-        for statement in _create("control.sql"):
+        for statement in [*_create("control.sql"), *_create("members.sql")]:
             conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 import attrs
@@ -16,6 +17,7 @@ from anarchon import (
     ClaimRequest,
     ConfigError,
     LeaseStore,
+    Member,
     Pause,
     RunRecord,
     RunStatus,
@@ -24,11 +26,13 @@ from anarchon import (
     Trigger,
     check_name,
 )
-from anarchon.backend import LEASE_STORE, shown, structure_options
+from anarchon.backend import LEASE_STORE, check_announce, check_instance, shown, structure_options
 
+from . import _members as fleet
 from ._control import check_text
 from ._options import SQLiteOptions
 from ._read_only import check_readable, read
+from ._schema import existing_tables
 from ._steps import Steps
 from ._worker import Worker
 
@@ -37,9 +41,11 @@ __all__ = ["SQLiteStore"]
 Clock = Callable[[], int]
 T = TypeVar("T")
 
-_CAPABILITIES = attrs.evolve(LEASE_STORE, batch=True, pause=True, trigger=True, retries=True)
-"""Every rule by this host's clock, batches (`claim_many`), pause (P1), trigger (X1) and
-retries (L12)."""
+_CAPABILITIES = attrs.evolve(
+    LEASE_STORE, batch=True, pause=True, trigger=True, retries=True, membership=True
+)
+"""Every rule by this host's clock, batches (`claim_many`), pause (P1), trigger (X1), retries
+(L12) and the fleet's member list (M1)."""
 
 
 def wall_clock_ms() -> int:
@@ -234,3 +240,36 @@ class SQLiteStore(LeaseStore):
         if self._read_only:
             return await self._read(self._steps.triggers, since_ms)
         return await self._worker.run(self._steps.triggers, since_ms)
+
+    # -- the fleet's member list (M1) -----------------------------------------------------------
+    async def announce(
+        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
+    ) -> Member:
+        """`SupportsMembership` (M1): write or refresh `instance`, live for `ttl_ms` by this
+        host's clock, in one transaction (`_members`)."""
+        instance, ttl_ms, counters = check_announce(instance, ttl_ms, stats)
+        member = await self._worker.run(
+            fleet.write, self.clock, fleet.announce, self.options.prefix, instance, ttl_ms, counters
+        )
+        assert isinstance(member, Member)
+        return member
+
+    async def members(self) -> list[Member]:
+        """The live members, sorted by instance: one SELECT; [] on a file from before members
+        opened read-only."""
+        if self._read_only:
+            return await self._read(self._list_members)
+        return await self._worker.run(self._list_members)
+
+    def _list_members(self, conn: sqlite3.Connection) -> list[Member]:
+        if fleet.MEMBERS not in existing_tables(conn):
+            return []
+        return fleet.list_members(conn, self.options.prefix, self.clock(), self.path)
+
+    async def leave(self, instance: str) -> bool:
+        """Remove `instance` now; False if it was not a live member."""
+        check_instance(instance)
+        gone = await self._worker.run(
+            fleet.write, self.clock, fleet.leave, self.options.prefix, instance
+        )
+        return bool(gone)

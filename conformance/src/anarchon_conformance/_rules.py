@@ -96,6 +96,13 @@ RULES: tuple[Rule, ...] = (
         description="trigger: an ad-hoc slot off the whole second, unique per job, listed to every "
         "instance, won once like any slot (SupportsTrigger)",
     ),
+    # -- the fleet (DESIGN section 12) --
+    Rule(
+        id="M1",
+        description="membership: announce keeps a member live for its ttl by the store's clock "
+        "(started kept, stats replaced), members lists the live ones sorted, also read-only; "
+        "leave removes one (SupportsMembership)",
+    ),
 )
 
 RULE_IDS = frozenset(r.id for r in RULES)

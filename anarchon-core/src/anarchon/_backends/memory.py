@@ -3,7 +3,8 @@
 It is the model the conformance kit compares every backend against, so it follows DESIGN section 5
 to the letter and nothing more. Stores opened with the same name in one process share their runs
 (so several "instances" can race in a test); the clock is injectable. It also keeps the rules of
-control through the store: pauses (P1) and triggers (X1), under the same lock as the claims.
+control through the store: pauses (P1) and triggers (X1), and the fleet's member list (M1), under
+the same lock as the claims.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -20,6 +21,7 @@ from .._capabilities import Capabilities
 from .._claims import Claim, ClaimRequest
 from .._control import Pause, Trigger, check_control_text, pause_skip_reason
 from .._errors import ConfigError, StoreCorrupt, StoreNotSetUp
+from .._fleet import Member
 from .._leases import (
     decide_claim,
     decide_finish,
@@ -34,6 +36,7 @@ from .._retries import append_try
 from .._runs import HistoryReader, RunRecord, RunStatus
 from .._urls import StoreURL
 from ..abc import LeaseStore
+from .memory_members import MemberTable
 
 __all__ = ["MemoryOptions", "MemoryStore"]
 
@@ -71,6 +74,8 @@ class _Namespace:
     """(prefix, job): the job's pause, active or ended by its `until_ms` (P1)."""
     triggers: dict[str, list[Trigger]] = attrs.Factory(dict)
     """prefix: its triggers, oldest first (X1)."""
+    members: MemberTable = attrs.Factory(MemberTable)
+    """The fleet's members (M1), per prefix."""
 
 
 _namespaces: dict[str, _Namespace] = {}
@@ -120,6 +125,7 @@ class MemoryStore(LeaseStore):
             pause=True,
             trigger=True,
             retries=True,
+            membership=True,
             remembers_ms=None,
         )
 
@@ -135,6 +141,8 @@ class MemoryStore(LeaseStore):
             if prefix in self._ns.opened or self._jobs_locked():
                 return
             if self._ns.triggers.get(prefix) or any(p == prefix for p, _ in self._ns.pauses):
+                return
+            if self._ns.members.has(prefix):
                 return
         name = self.url.host or self.url.path
         where = f"memory://{name}" if name else "memory:// (a store private to its object)"
@@ -381,6 +389,26 @@ class MemoryStore(LeaseStore):
                 (t for t in listed if t.requested_at >= since_ms),
                 key=lambda t: (t.requested_at, t.slot),
             )
+
+    # -- the fleet's member list (M1) ----------------------------------------------------------
+    async def announce(
+        self, instance: str, ttl_ms: int, stats: Mapping[str, int] | None = None
+    ) -> Member:
+        """`SupportsMembership`: heartbeat of `instance`, live until now + `ttl_ms`."""
+        with self._ns.lock:
+            prefix = self.options.prefix
+            return self._ns.members.announce(prefix, instance, ttl_ms, stats, self.clock())
+
+    async def members(self) -> list[Member]:
+        """`SupportsMembership`: the live members of this prefix, by instance. Works on a store
+        opened read-only (R1)."""
+        with self._ns.lock:
+            return self._ns.members.live(self.options.prefix, self.clock())
+
+    async def leave(self, instance: str) -> bool:
+        """`SupportsMembership`: remove `instance` now; False if it was not a live member."""
+        with self._ns.lock:
+            return self._ns.members.leave(self.options.prefix, instance, self.clock())
 
     # -- backdoors for the conformance kit ------------------------------------------------------
     def raw_run(self, job: str, slot: int) -> RunRecord | None:

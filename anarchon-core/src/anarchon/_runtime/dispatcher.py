@@ -8,9 +8,14 @@ queue that decides its slots one at a time in slot order, by its catch-up policy
 records the late ones skipped, so that no slot vanishes from the ledger. Triggered slots (X1)
 come from the store (`control.TriggerPoller`) and are claimed alone, like a slot reached late.
 
-A little over 400 lines: a slot's way from the timetable to a claim (on time, in a lane, or
-triggered) and on to an execution or a backup reads best in one class; the claims' retries are
-`claimer`, the runs `running`, pauses and triggers `control`."""
+On a store with a member list, `fleet` says which jobs of a slot this instance contends for;
+the others wait their grace and are read, then claimed only if still undecided (DESIGN
+section 12).
+
+Near 500 lines: a slot's way from the timetable to a claim (on time, in a lane, triggered, or as
+a fleet's fallback) and on to an execution or a backup reads best in one class; the claims'
+retries are `claimer`, the runs `running`, pauses and triggers `control`, the member list and
+the roles `fleet`."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from .claimer import TRANSPORT_ERRORS, UNANSWERED, Claimer
 from .context import RuntimeContext
 from .control import PauseWatch, TriggerPoller
 from .execution import Execution
+from .fleet import Fleet, fleet_grace_ms
 from .jobs import JobSpec
 from .running import Running
 from .timetable import Timetable
@@ -58,8 +64,13 @@ class Dispatcher:
         clock_skew_ms: int,
         claim_timeout_s: float,
         trigger_poll_ms: int = 0,
+        fleet: Fleet | None = None,
     ) -> None:
         self.context = context
+        self.fleet = fleet
+        """The member list and this instance's roles, on stores with membership (M1); None:
+        every instance claims every slot."""
+        self._beating: asyncio.Task[None] | None = None
         self.store = context.store
         self.store_clock = context.clock
         self.clock_skew_ms = clock_skew_ms
@@ -99,6 +110,8 @@ class Dispatcher:
         self._stop = stop
         self._jobs = jobs
         self.claimer.start()
+        if self.fleet is not None:
+            self._beating = self.spawn(self.fleet.run(stop), "anarchon-fleet")
         self.task = asyncio.create_task(
             self.run(jobs, stop, since_ms=since_ms), name="anarchon-dispatcher"
         )
@@ -125,6 +138,11 @@ class Dispatcher:
         self.claimer.stop()
         if self.task is not None:
             self.task.cancel()
+        if self.fleet is not None:
+            if self._beating is not None:
+                await asyncio.gather(self._beating, return_exceptions=True)
+                self._beating = None
+            await self.fleet.leave()
         claiming = self._claiming()
         if claiming:
             await asyncio.wait(claiming, timeout=STOP_CLAIMS_WAIT_S)
@@ -353,7 +371,14 @@ class Dispatcher:
     async def _claim_slot(self, specs: Sequence[JobSpec], slot: int) -> None:
         """The slot's claims for the jobs reached on time, in one batch where the store can.
         Until they are decided, each job's next slots wait in its lane (a slow or absent store
-        must not let two slots of a job be decided out of order)."""
+        must not let two slots of a job be decided out of order). In a fleet, only the jobs
+        this instance contends for; the others go to `_fall_back`."""
+        if self.fleet is not None:
+            specs, later = self.fleet.split(specs, slot)
+            if later:
+                self.spawn(self._fall_back(later, slot), f"anarchon-slot-{slot}-fallback")
+            if not specs:
+                return
         requests = [self._request(spec, slot) for spec in specs]
         sent_at = time.monotonic()
         store = self.store
@@ -372,11 +397,65 @@ class Dispatcher:
             for spec in specs:
                 if self._deciding.get(spec.name) is deciding:
                     del self._deciding[spec.name]
+        if self.fleet is not None:
+            self.fleet.claimed(requests, claims)
         for spec, request, claim in zip(specs, requests, claims, strict=True):
             self._note(spec.name, slot, claim)
             if claim.won:
                 await self._execute(spec, request, claim, sent_at)
             elif claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
+                self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+
+    async def _fall_back(self, specs: Sequence[JobSpec], slot: int) -> None:
+        """Jobs of `slot` this instance does not contend for: after each one's grace (by the
+        store-corrected clock), read the slot and claim it only if still undecided: `check`
+        on a lease store (one read when decided, L10), a claim (batched) elsewhere. So a slot
+        whose contenders died or never came is still decided, a grace later."""
+        fleet = self.fleet
+        assert fleet is not None
+        deciding = asyncio.Event()
+        for spec in specs:
+            self._deciding[spec.name] = deciding
+        try:
+            graces = sorted({fleet_grace_ms(fleet.grace_ms, spec) for spec in specs})
+            for grace in graces:
+                wait_s = max(slot + grace - self.store_clock.now_ms(), 0) / 1000
+                try:
+                    await asyncio.wait_for(self._stop.wait(), wait_s)
+                    return
+                except asyncio.TimeoutError:
+                    pass
+                group = [s for s in specs if fleet_grace_ms(fleet.grace_ms, s) == grace]
+                await self._read_slot(fleet, group, slot)
+                for spec in group:
+                    if self._deciding.get(spec.name) is deciding:
+                        del self._deciding[spec.name]
+        finally:
+            deciding.set()
+            for spec in specs:
+                if self._deciding.get(spec.name) is deciding:
+                    del self._deciding[spec.name]
+
+    async def _read_slot(self, fleet: Fleet, specs: Sequence[JobSpec], slot: int) -> None:
+        requests = [self._request(spec, slot) for spec in specs]
+        sent_at = time.monotonic()
+        lease_store, store = self.context.lease_store, self.store
+        if lease_store is not None:
+            claims = list(
+                await asyncio.gather(*(self.claimer.claim(lease_store.check, r) for r in requests))
+            )
+        elif len(requests) > 1 and isinstance(store, SupportsClaimMany):
+            claims = await self.claimer.claim_many(store.claim_many, requests)
+        else:
+            claims = list(
+                await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
+            )
+        for spec, request, claim in zip(specs, requests, claims, strict=True):
+            self._note(spec.name, slot, claim)
+            fleet.read(request, claim)
+            if claim.won:
+                await self._execute(spec, request, claim, sent_at)
+            elif claim.outcome is Outcome.RUNNING and lease_store is not None:
                 self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
 
     async def _execute(

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from .._claims import Outcome
+from .._fleet import Member
 
 __all__ = ["Health", "HealthServer", "LastClaim", "RunningJob"]
 
@@ -80,6 +81,14 @@ class Health:
     """Jobs whose last claims the store answered ``skipped: paused`` (P1: paused for the whole
     fleet with ``anarchon pause``), with that reason; a job leaves the list when a later slot
     is claimed again. A paused job does not make the instance unready."""
+    members: tuple[Member, ...] = ()
+    """The fleet's live members as this instance last read them (stores with a member list,
+    DESIGN section 12): instance, last heartbeat, and the `stats` each published (claims,
+    reads, fallbacks, wins). Empty without a member list."""
+    fleet_stats: Mapping[str, int] = attrs.field(factory=dict)
+    """This instance's own fleet counters (as it publishes them): claims at the slot as a
+    contender, reads after the grace as a non-contender, fallbacks (slots it found undecided
+    and decided), wins. Empty without a member list."""
 
     @property
     def live(self) -> bool:
@@ -96,6 +105,7 @@ class Health:
         """JSON-ready: enums as strings, times as epoch ms."""
         data: dict[str, Any] = attrs.asdict(self, recurse=True, value_serializer=_plain)
         data["running"] = list(data["running"])
+        data["members"] = [dict(m, stats=dict(m["stats"])) for m in data["members"]]
         data["live"] = self.live
         data["ready"] = self.ready
         return data

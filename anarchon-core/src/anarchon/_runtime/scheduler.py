@@ -31,6 +31,7 @@ from .clock import LocalClock, StoreClock, SystemClock
 from .context import RuntimeContext
 from .dispatcher import Dispatcher
 from .execution import Execution
+from .fleet import make_fleet
 from .health import Health, HealthServer
 from .in_thread import EXIT_MARGIN_S, STARTED, SchedulerThread
 from .jobs import JobSpec, fit_to_store, make_job, set_up_jobs
@@ -60,6 +61,13 @@ class Scheduler:
     trigger_poll (``ANARCHON_TRIGGER_POLL``, default 2 s, 0: off): how often it asks the store
     for runs triggered with ``anarchon trigger`` (X1) on stores that have them; a triggered run
     starts within about one poll.
+
+    On a store with a member list (`Capabilities.membership`; DESIGN section 12), instances
+    announce themselves every fleet_refresh (``ANARCHON_FLEET_REFRESH``, default 5 s) and only
+    `contenders` of them (``ANARCHON_CONTENDERS``, default 2; 0 or ``off``: all) claim each
+    (job, slot) at its slot; the others wait fleet_grace (``ANARCHON_FLEET_GRACE``, default
+    1 s, at most half a job's max_late), then read the slot and claim it only if it is still
+    undecided. See the docs' "Fleet" page.
     """
 
     def __init__(
@@ -76,6 +84,9 @@ class Scheduler:
         catch_up: str | CatchUp | None = None,
         fail_fast: bool | None = None,
         trigger_poll: DurationLike | None = None,
+        contenders: int | str | None = None,
+        fleet_grace: DurationLike | None = None,
+        fleet_refresh: DurationLike | None = None,
         clock: LocalClock | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -92,6 +103,9 @@ class Scheduler:
                 "catch_up": catch_up,
                 "fail_fast": fail_fast,
                 "trigger_poll": trigger_poll,
+                "contenders": contenders,
+                "fleet_grace": fleet_grace,
+                "fleet_refresh": fleet_refresh,
             },
             environ=environ,
         )
@@ -124,11 +138,15 @@ class Scheduler:
             events=self.events,
             instance=self.instance,
         )
+        self.fleet = make_fleet(self.context, settings)
+        """This instance's part in the fleet (member list, roles, counters); None on stores
+        without membership or with ``contenders=0``."""
         self.dispatcher = Dispatcher(
             self.context,
             clock_skew_ms=settings.clock_skew_ms,
             claim_timeout_s=settings.claim_timeout_ms / 1000,
             trigger_poll_ms=settings.trigger_poll_ms,
+            fleet=self.fleet,
         )
         self._stop = asyncio.Event()
         self._stop_requested = False
@@ -499,6 +517,7 @@ class Scheduler:
             executions=self.executions,
             last_claims=self.last_claims,
             paused=self.dispatcher.pauses.paused,
+            fleet=self.fleet,
         )
 
     async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:

@@ -24,9 +24,27 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["DEFAULT_STORE", "Settings", "default_instance_id", "load_settings"]
+__all__ = [
+    "DEFAULT_CONTENDERS",
+    "DEFAULT_FLEET_GRACE_MS",
+    "DEFAULT_FLEET_REFRESH_MS",
+    "DEFAULT_STORE",
+    "Settings",
+    "default_instance_id",
+    "load_settings",
+]
 
 DEFAULT_STORE = "sqlite:///anarchon.db"
+DEFAULT_CONTENDERS = 2
+"""Two contenders: one may die at the slot and the other still decides it at once."""
+MAX_CONTENDERS = 1_000
+DEFAULT_FLEET_GRACE_MS = 1_000
+"""A slot's contenders decide it within a claim round trip (milliseconds; a batch of thousands
+of jobs well under a second) plus the small clock differences between instances (T2); one
+second covers both, and is what a slot waits when all its contenders died."""
+DEFAULT_FLEET_REFRESH_MS = 5_000
+MIN_FLEET_REFRESH_MS = 100
+MAX_FLEET_MS = 600_000
 ENV_PREFIX = "ANARCHON_"
 
 
@@ -63,6 +81,15 @@ class Settings:
     trigger_poll_ms: int = 2_000
     """How often the scheduler asks the store for triggered runs (X1, ``anarchon trigger``),
     on stores with `Capabilities.trigger`; 0: never (this instance runs no triggered run)."""
+    contenders: int = DEFAULT_CONTENDERS
+    """On stores with a member list (`Capabilities.membership`): how many instances claim each
+    (job, slot) at its slot (DESIGN section 12); 0: every instance claims every slot."""
+    fleet_grace_ms: int = DEFAULT_FLEET_GRACE_MS
+    """How long after a slot an instance that is not one of its contenders waits before it
+    reads the slot and claims it if still undecided (at most half the job's max_late)."""
+    fleet_refresh_ms: int = DEFAULT_FLEET_REFRESH_MS
+    """How often the instance announces itself and reads the member list; it stays listed
+    for three refreshes after its last heartbeat."""
 
 
 _DURATIONS = {
@@ -79,6 +106,9 @@ _NAMES = (
     "catch_up",
     "fail_fast",
     "trigger_poll",
+    "contenders",
+    "fleet_grace",
+    "fleet_refresh",
     *_DURATIONS,
 )
 MAX_TRIGGER_POLL_MS = 3_600_000
@@ -143,6 +173,16 @@ def load_settings(
                 allow_zero=True,
                 most=MAX_TRIGGER_POLL_MS,
             )
+        elif key in ("fleet_grace", "fleet_refresh"):
+            ms = to_ms(value, what=f"{key} (from {source})", most=MAX_FLEET_MS)
+            if key == "fleet_refresh" and ms < MIN_FLEET_REFRESH_MS:
+                raise ConfigError(
+                    f"fleet_refresh (from {source}) must be at least {MIN_FLEET_REFRESH_MS} ms "
+                    f"(every instance writes a heartbeat each refresh), got {value!r}"
+                )
+            values[f"{key}_ms"] = ms
+        elif key == "contenders":
+            values[key] = _contenders(value, source)
         elif key == "health_port":
             values[key] = _port(value, source)
         elif key == "prefix":
@@ -171,6 +211,20 @@ def _flag(value: Any, key: str, source: str) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{key} (from {source}) must be true or false (1/0, yes/no), got {value!r}")
+
+
+def _contenders(value: Any, source: str) -> int:
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else ""
+    if isinstance(value, bool):
+        text = ""
+    if text == "off":
+        return 0
+    if text.isdigit() and int(text) <= MAX_CONTENDERS:
+        return int(text)
+    raise ConfigError(
+        f"contenders (from {source}) must be a whole number 0-{MAX_CONTENDERS} (how many "
+        f"instances claim each slot; 0 or 'off': all of them), got {value!r}"
+    )
 
 
 def _port(value: Any, source: str) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from .._claims import Claim
 from .clock import StoreClock
 from .execution import Execution
+from .fleet import Fleet
 from .health import Health, LastClaim, RunningJob
 from .store_health import StoreHealth
 
@@ -25,6 +26,7 @@ def health_snapshot(
     executions: Collection[Execution],
     last_claims: Mapping[str, tuple[int, Claim]],
     paused: Mapping[str, str] | None = None,
+    fleet: Fleet | None = None,
 ) -> Health:
     """A scheduler's `Health` from its parts, with monotonic times turned into epoch ms."""
     now_wall, now_mono = time.time(), time.monotonic()
@@ -41,6 +43,8 @@ def health_snapshot(
         store_reachable=store_health.down_since is None,
         damaged_jobs=dict(store_health.damaged),
         paused=dict(sorted((paused or {}).items())),
+        members=fleet.members if fleet is not None else (),
+        fleet_stats=fleet.counters.as_stats() if fleet is not None else {},
         store_down_since=wall_ms(store_health.down_since),
         last_error=store_health.last_error,
         clock_offset_ms=store_clock.offset_ms,

@@ -20,10 +20,11 @@ from .._connect import connect
 from .._control import Pause, is_triggered_slot
 from .._durations import to_ms
 from .._errors import ConfigError, StoreCorrupt
+from .._fleet import Member
 from .._names import check_name
 from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
 from .._urls import StoreURL, redact
-from ..abc import ClaimStore, SupportsJobList, SupportsPause
+from ..abc import ClaimStore, SupportsJobList, SupportsMembership, SupportsPause
 from . import configure_logging
 from ._inspect import DAMAGED, _console, _iso, damaged_json, in_slot_order, slot_text
 
@@ -51,6 +52,8 @@ class Snapshot:
     jobs: tuple[JobStatus, ...]
     pauses: tuple[Pause, ...] = ()
     """The pauses in force (P1), on stores that keep them."""
+    members: tuple[Member, ...] = ()
+    """The fleet's live members (M1), on stores that keep a member list."""
 
     def pause_of(self, job: str) -> Pause | None:
         return next((p for p in self.pauses if p.job == job), None)
@@ -76,6 +79,9 @@ async def read_snapshot(
     pauses: list[Pause] = []
     if isinstance(store, SupportsPause) and store.capabilities.pause:
         pauses = [p for p in await store.pauses() if not jobs or p.job in jobs]
+    members: list[Member] = []
+    if isinstance(store, SupportsMembership) and store.capabilities.membership:
+        members = await store.members()
     now = await store.now_ms()
     now_ms = now if now is not None else time.time_ns() // 1_000_000
     result = []
@@ -97,7 +103,13 @@ async def read_snapshot(
                 damaged=tuple(damaged),
             )
         )
-    return Snapshot(store=str(url), now_ms=now_ms, jobs=tuple(result), pauses=tuple(pauses))
+    return Snapshot(
+        store=str(url),
+        now_ms=now_ms,
+        jobs=tuple(result),
+        pauses=tuple(pauses),
+        members=tuple(members),
+    )
 
 
 def damage_of(snapshot: Snapshot) -> StoreCorrupt | None:
@@ -138,12 +150,25 @@ def pause_text(pause: Pause) -> str:
     return text + (f": {pause.reason}" if pause.reason else "")
 
 
+def member_json(member: Member) -> dict[str, Any]:
+    return {
+        "instance": member.instance,
+        "last_heartbeat": _iso(member.seen_ms),
+        "last_heartbeat_ms": member.seen_ms,
+        "live_until_ms": member.until_ms,
+        "joined": _iso(member.started_ms),
+        "wins": member.stats.get("wins", 0),
+        "stats": dict(member.stats),
+    }
+
+
 def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "store": snapshot.store,
         "now": _iso(snapshot.now_ms),
         "now_ms": snapshot.now_ms,
         "paused": [pause_json(p) for p in snapshot.pauses],
+        "members": [member_json(m) for m in snapshot.members],
         "jobs": [
             {
                 "job": job.job,
@@ -221,11 +246,32 @@ def render(snapshot: Snapshot) -> Group:
                 f"{recent} (last {job.counted})" if first else "",
                 end_section=last,
             )
+    parts: list[Any] = [table]
+    if snapshot.members:
+        parts.append(members_table(snapshot))
     if notes:
-        return Group(table, *notes)
+        return Group(*parts, *notes)
     if not snapshot.jobs:
-        return Group(table, "no jobs in this store yet")
-    return Group(table)
+        parts.append("no jobs in this store yet")
+    return Group(*parts)
+
+
+def members_table(snapshot: Snapshot) -> Table:
+    """The fleet's live members: last heartbeat, since when, and what each published."""
+    table = Table(title=f"{len(snapshot.members)} live instance(s)", title_justify="left")
+    for column in ("instance", "last heartbeat", "joined (UTC)", "claims", "fallbacks", "wins"):
+        table.add_column(column, overflow="fold")
+    for m in snapshot.members:
+        ago = max(snapshot.now_ms - m.seen_ms, 0) / 1000
+        table.add_row(
+            escape(m.instance),  # stored text: never read as rich markup
+            f"{ago:.1f} s ago",
+            _iso(m.started_ms),
+            str(m.stats.get("claims", "")),
+            str(m.stats.get("fallbacks", "")),
+            str(m.stats.get("wins", "")),
+        )
+    return table
 
 
 @click.command()
@@ -255,7 +301,8 @@ def status(
 ) -> None:
     """Show the jobs in the store at URL: their latest slots with winner, attempt and lease
     left, and how their recent runs ended, and the paused jobs (`anarchon pause`) with until
-    when and why. Refreshes until Ctrl-C unless --once or --json.
+    when and why; on stores with a member list, the live instances with their last heartbeat
+    and how many runs each won. Refreshes until Ctrl-C unless --once or --json.
 
     Times are UTC, by the store's clock. Passwords in URL are never printed. A stored run that
     cannot be read is shown with status "damaged", its key and what is wrong, among the others;

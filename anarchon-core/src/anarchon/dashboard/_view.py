@@ -114,6 +114,18 @@ class InstanceSeen:
 
 
 @attrs.frozen(kw_only=True)
+class MemberSeen:
+    """A live member of the fleet (stores with a member list, M1)."""
+
+    name: str
+    last_heartbeat: str
+    joined: str
+    claims: int
+    fallbacks: int
+    wins: int
+
+
+@attrs.frozen(kw_only=True)
 class ErrorLine:
     job: str
     where: str
@@ -131,6 +143,8 @@ class DashboardView:
     jobs: tuple[JobView, ...]
     instances: tuple[InstanceSeen, ...]
     errors: tuple[ErrorLine, ...]
+    members: tuple[MemberSeen, ...] = ()
+    """The live members, on stores with a member list; empty elsewhere."""
 
 
 def _utc(ms: int) -> str:
@@ -265,6 +279,17 @@ def build_view(
         jobs=tuple(jobs),
         instances=_instances(snapshot),
         errors=_errors(snapshot),
+        members=tuple(
+            MemberSeen(
+                name=m.instance,
+                last_heartbeat=_utc(m.seen_ms),
+                joined=_utc(m.started_ms),
+                claims=m.stats.get("claims", 0),
+                fallbacks=m.stats.get("fallbacks", 0),
+                wins=m.stats.get("wins", 0),
+            )
+            for m in snapshot.members
+        ),
     )
 
 

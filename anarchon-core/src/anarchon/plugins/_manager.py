@@ -209,6 +209,19 @@ class PluginManager:
     def store_error(self, *, store: str, operation: str, error: BaseException) -> None:
         self._emit("anarchon_store_error", store=store, operation=operation, error=error)
 
+    def fleet_slot(
+        self, *, store: str, instance: str, job: str, slot: int, role: str, won: bool
+    ) -> None:
+        self._emit(
+            "anarchon_fleet_slot",
+            store=store,
+            instance=instance,
+            job=job,
+            slot=slot,
+            role=role,
+            won=won,
+        )
+
     def scheduler_started(self, *, scheduler: StartedScheduler) -> None:
         self._emit("anarchon_scheduler_started", scheduler=scheduler)
 

@@ -62,6 +62,16 @@ def anarchon_store_error(store: str, operation: str, error: BaseException) -> No
 
 
 @hookspec
+def anarchon_fleet_slot(
+    store: str, instance: str, job: str, slot: int, role: str, won: bool
+) -> None:
+    """This instance's part in a (job, slot) on a store with a member list (DESIGN section 12):
+    `role` is ``contender`` (it claimed at the slot), ``fallback`` (not a contender, it found
+    the slot undecided after the grace and decided it) or ``silent`` (not a contender, the slot
+    was decided when it read it). `won`: it won the run."""
+
+
+@hookspec
 def anarchon_scheduler_started(scheduler: StartedScheduler) -> None:
     """A scheduler opened its store and starts dispatching; observers that serve something
     (a metrics port) start it here. `scheduler` is a read-only view (instance, redacted store

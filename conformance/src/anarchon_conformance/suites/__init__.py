@@ -13,6 +13,7 @@ from .idempotence import IdempotenceTests
 from .isolation import IsolationTests
 from .leases import LeaseTests
 from .ledger import LedgerTests
+from .membership import MembershipTests
 from .memory_rule import MemoryRuleTests
 from .pause import PauseTests
 from .prepare import PrepareTests
@@ -33,6 +34,7 @@ __all__ = [
     "IsolationTests",
     "LeaseTests",
     "LedgerTests",
+    "MembershipTests",
     "MemoryRuleTests",
     "PauseTests",
     "PrepareTests",
@@ -64,5 +66,6 @@ class ConformanceSuite(
     PauseTests,
     TriggerTests,
     RetryTests,
+    MembershipTests,
 ):
     """Every check of the kit. Set ``harness_class``; the certificate counts each rule."""
