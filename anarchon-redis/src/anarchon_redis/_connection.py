@@ -7,11 +7,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
+import redis.exceptions as rex
 
 from anarchon.backend import StoreURL
+from anarchon.plugins import plugin_manager
 
 from ._client import make_client, ping, server_now_ms, translated
+from ._durability import Confirm, check_server, confirm_for
 from ._options import RedisOptions
+from ._server import ServerWatch, judge, log, read_persistence
 
 __all__ = ["Link"]
 
@@ -26,6 +30,10 @@ class Link:
         self._client: aioredis.Redis | None = None
         self.read_only = False
         """Opened with `open_read_only` (R1): the store refuses claims and lease calls."""
+        self.confirm: Confirm | None = confirm_for(options)
+        """Durability options: what follows each deciding write (`_durability`)."""
+        self.watch = ServerWatch(url, options)
+        """The server's persistence and run id (`_server`)."""
 
     @property
     def client(self) -> aioredis.Redis:
@@ -52,11 +60,42 @@ class Link:
             self._client = client
             with translated(self.url):
                 await setup(self)
+                if not read_only:
+                    await self._check_server(client)
             self.read_only = read_only
         except BaseException:
             self._client = None
             await client.aclose()
             raise
+
+    async def _check_server(self, client: aioredis.Redis) -> None:
+        """At open: persistence (warn, or refuse with ``require_persistence``), durability
+        options the server can serve, and the run id that later reads compare with."""
+        self.watch.persistence = found = await read_persistence(client)
+        judge(self.url, self.options, found)
+        if self.options.waits:
+            for text in await check_server(client, self.url, self.options):
+                log.warning("%s", text, extra={"store": str(self.url)})
+        await self.watch.read(client)
+
+    async def watch_server(self) -> None:
+        """Read the server's run id when due (every `restart_check_ms`, and after a failure):
+        a restart is logged once and told to observers (`_server`). A failure here is left to
+        the call that follows."""
+        if self._client is None or not self.watch.due():
+            return
+        try:
+            restarted = await self.watch.read(self._client)
+        except (
+            rex.RedisError,
+            OSError,
+        ):  # the claim that follows meets the same failure and reports it
+            self.watch.failed()
+            return
+        if restarted is not None:
+            plugin_manager().store_error(
+                store=str(self.url), operation="server_restart", error=restarted
+            )
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -16,8 +16,8 @@ stream-id and idmp claim with a bare ``XADD`` and offer neither."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from anarchon.backend import (
     Capabilities,
@@ -29,6 +29,7 @@ from anarchon.backend import (
     RunRecord,
     RunStatus,
     StoreOptions,
+    StoreUnavailable,
     StoreURL,
     structure_options,
 )
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["IdmpStore", "RedisLeaseStore", "RedisStore", "ScriptStore", "StreamIdStore"]
 
 SCHEMES = ("redis", "rediss")
+T = TypeVar("T")
 
 
 class RedisStore(ClaimStore):
@@ -147,17 +149,41 @@ class RedisStore(ClaimStore):
     async def now_ms(self) -> int:
         return await self.link.now_ms()
 
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """What the store noticed about its server that a health check should show: a restart
+        (its run id changed; `anarchon_redis._server`) and claims that replicas did not
+        confirm (durability options)."""
+        found: list[str] = []
+        watch, confirm = self.link.watch, self.link.confirm
+        if watch.notice is not None:
+            found.append(f"{watch.notice} ({watch.restarts} restart(s) seen since open)")
+        if confirm is not None and confirm.unconfirmed:
+            found.append(
+                f"{confirm.unconfirmed} write(s) not confirmed by replicas since open ({confirm!r})"
+            )
+        return tuple(found)
+
+    async def _watched(self, call: Awaitable[T]) -> T:
+        """`call` after a look at the server's run id when due; a failure makes it due."""
+        await self.link.watch_server()
+        try:
+            return await call
+        except StoreUnavailable:
+            self.link.watch.failed()
+            raise
+
     async def claim(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.claim(self.link, request)
+        return await self._watched(self.strategy.claim(self.link, request))
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """`anarchon.abc.SupportsClaimMany`: the strategy's batch, each job answered as its
         single claim would be."""
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.claim_many(self.link, requests)
+        return await self._watched(self.strategy.claim_many(self.link, requests))
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         return await self.strategy.history(self.link, job, limit)
@@ -178,24 +204,24 @@ class RedisLeaseStore(RedisStore, LeaseStore, Control):
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.renew(self.link, job, slot, token, lease_ms)
+        return await self._watched(self.strategy.renew(self.link, job, slot, token, lease_ms))
 
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.finish(self.link, job, slot, token, status, error)
+        return await self._watched(self.strategy.finish(self.link, job, slot, token, status, error))
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.release(self.link, job, slot, token)
+        return await self._watched(self.strategy.release(self.link, job, slot, token))
 
     async def check(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.check(self.link, request)
+        return await self._watched(self.strategy.check(self.link, request))
 
 
 class StreamIdStore(RedisStore):

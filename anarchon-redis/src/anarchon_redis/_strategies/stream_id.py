@@ -85,12 +85,27 @@ class StreamIdStrategy(StreamStrategy):
     async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
+        confirm = link.confirm
+        packed = self._xadd(request) + self._xrange(request)
+        shortfall = None
         try:
-            added, entries = await wire.call_many(
-                link.client.connection_pool, self._xadd(request) + self._xrange(request), 2
-            )
+            if confirm is None:
+                added, entries = await wire.call_many(link.client.connection_pool, packed, 2)
+            else:
+                added, entries, *tail = await wire.call_many(
+                    link.client.connection_pool,
+                    packed + confirm.packed(self.keys(request.job).ack),
+                    2 + confirm.count,
+                )
+                shortfall = confirm.shortfall(link.url, tail)
         except (rex.RedisError, OSError) as exc:
             await self._refuse(link, request.job, exc)
+        if confirm is not None:
+            return confirm.claim(await self._answer(link, request, added, entries), shortfall)
+        return await self._answer(link, request, added, entries)
+
+    async def _answer(self, link: Link, request: ClaimRequest, added: Any, entries: Any) -> Claim:
+        """The claim from the replies of its XADD and XRANGE."""
         if not isinstance(added, Exception):
             if request.skip_reason is not None:
                 return skipped(request.token, request.instance, request.skip_reason)
