@@ -5,6 +5,7 @@ and closes it; strategies only use it."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
@@ -55,6 +56,16 @@ class Link:
                 self.read_only = False
             return
         client = make_client(self.url, self.options)
+        pool: Any = client.connection_pool
+        make = pool.make_connection
+        watch = self.watch
+
+        def made() -> Any:  # every new connection (a reconnect too) makes the run id due
+            connection = make()
+            connection.register_connect_callback(watch.connected)
+            return connection
+
+        pool.make_connection = made
         try:
             await ping(client, self.url)
             self._client = client

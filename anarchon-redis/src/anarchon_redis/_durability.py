@@ -83,7 +83,7 @@ class Confirm:
                 return None
             self.unconfirmed += 1
             return (
-                f"not confirmed: WAITAOF answered local={local}, replicas={replicas} within "
+                f"WAITAOF answered local={local}, replicas={replicas} within "
                 f"{self.timeout_ms} ms (wanted local=1, replicas={self.replicas})"
             )
         got = int(waited)
@@ -91,7 +91,7 @@ class Confirm:
             return None
         self.unconfirmed += 1
         return (
-            f"not confirmed: {got} of {self.replicas} replica(s) acknowledged the claim within "
+            f"{got} of {self.replicas} replica(s) acknowledged the write within "
             f"{self.timeout_ms} ms (wait_replicas, wait_timeout)"
         )
 
@@ -111,7 +111,9 @@ class Confirm:
     def write(self, url: StoreURL, what: str, shortfall: str | None) -> None:
         """Raise `StoreUnavailable` when a renew, finish or release was not confirmed."""
         if shortfall is not None:
-            raise StoreUnavailable(f"Redis at {url}: {what} {shortfall}; it may be resent")
+            raise StoreUnavailable(
+                f"Redis at {url}: {what} not confirmed: {shortfall}; it may be resent"
+            )
 
 
 def _refused(url: StoreURL, exc: rex.ResponseError) -> Exception:
@@ -131,8 +133,11 @@ async def check_server(client: Any, url: StoreURL, options: RedisOptions) -> lis
     warnings: list[str] = []
     info: dict[str, Any] = await client.info("replication")
     if options.wait_aof:
-        found = await client.execute_command("COMMAND", "INFO", "WAITAOF")
-        if not found or found[0] is None:
+        try:  # older servers answer a nil entry, which redis-py's parser cannot read
+            found = await client.execute_command("COMMAND", "INFO", "WAITAOF")
+        except TypeError:
+            found = None
+        if not found:
             raise ConfigError(
                 f"Redis at {url} has no WAITAOF (Redis 7.2+, Valkey 8): remove wait_aof, or use "
                 "wait_replicas alone (WAIT)"

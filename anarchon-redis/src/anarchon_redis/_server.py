@@ -74,7 +74,7 @@ class Persistence:
             f"appendonly={'?' if self.appendonly is None else 'yes' if self.appendonly else 'no'}",
             f"save={'?' if self.save is None else repr(self.save)}",
         ]
-        if self.appendfsync:
+        if self.appendonly and self.appendfsync:
             parts.append(f"appendfsync={self.appendfsync}")
         return ", ".join(parts)
 
@@ -152,6 +152,10 @@ class ServerWatch:
 
     def due(self) -> bool:
         return time.monotonic() - self.checked >= self.every_s
+
+    def connected(self, connection: object) -> None:
+        """redis-py's connect callback: a new connection may reach a restarted server."""
+        self.checked = 0.0
 
     def failed(self) -> None:
         """A call failed on the connection: read the run id on the next call."""

@@ -165,13 +165,18 @@ class RedisStore(ClaimStore):
         return tuple(found)
 
     async def _watched(self, call: Awaitable[T]) -> T:
-        """`call` after a look at the server's run id when due; a failure makes it due."""
+        """`call` between looks at the server's run id when due (`restart_check_ms`); a failure
+        and a new connection make it due."""
         await self.link.watch_server()
         try:
-            return await call
+            result = await call
         except StoreUnavailable:
             self.link.watch.failed()
             raise
+        # The call may have reconnected (redis-py does so silently on a dead connection): say
+        # at once if that was to a restarted server.
+        await self.link.watch_server()
+        return result
 
     async def claim(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:
