@@ -351,6 +351,9 @@ async def test_a_restart_that_forgets_is_noticed(
         restarts = [r for r in caplog.records if "restarted (run id" in r.getMessage()]
         assert len(restarts) == 1
         assert [op for op, _ in errors.seen] == ["server_restart"]
+        health = anarchon.Scheduler(store).health()
+        assert health.store_notices == notices
+        assert health.to_dict()["store_notices"] == list(notices)
         for _ in range(3):  # later claims do not say it again
             await store.claim(_request("hourly", slot))
         assert len([r for r in caplog.records if "restarted (run id" in r.getMessage()]) == 1

@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..harness import Topology
+from .redis_replica import RedisReplica
 from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
 
 TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+    "redis-replica": (RedisReplica.OPTIONS, RedisReplica),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""

@@ -80,6 +80,11 @@ class Health:
     """Jobs whose last claims the store answered ``skipped: paused`` (P1: paused for the whole
     fleet with ``anarchon pause``), with that reason; a job leaves the list when a later slot
     is claimed again. A paused job does not make the instance unready."""
+    store_notices: tuple[str, ...] = ()
+    """What the store noticed about its server and wants an operator to see (redacted), from
+    the store's optional ``notices`` attribute: e.g. Redis says that its server restarted (its
+    run id changed: runs it held may be forgotten) or that replicas did not confirm claims.
+    They do not make the instance unready."""
 
     @property
     def live(self) -> bool:
@@ -96,6 +101,7 @@ class Health:
         """JSON-ready: enums as strings, times as epoch ms."""
         data: dict[str, Any] = attrs.asdict(self, recurse=True, value_serializer=_plain)
         data["running"] = list(data["running"])
+        data["store_notices"] = list(data["store_notices"])
         data["live"] = self.live
         data["ready"] = self.ready
         return data

@@ -486,6 +486,7 @@ class Scheduler:
             executions=self.executions,
             last_claims=self.last_claims,
             paused=self.dispatcher.pauses.paused,
+            store_notices=getattr(self.store, "notices", ()),
         )
 
     async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Collection, Mapping
 
 from .._claims import Claim
+from .._urls import redact
 from .clock import StoreClock
 from .execution import Execution
 from .health import Health, LastClaim, RunningJob
@@ -25,6 +26,7 @@ def health_snapshot(
     executions: Collection[Execution],
     last_claims: Mapping[str, tuple[int, Claim]],
     paused: Mapping[str, str] | None = None,
+    store_notices: Collection[str] = (),
 ) -> Health:
     """A scheduler's `Health` from its parts, with monotonic times turned into epoch ms."""
     now_wall, now_mono = time.time(), time.monotonic()
@@ -41,6 +43,7 @@ def health_snapshot(
         store_reachable=store_health.down_since is None,
         damaged_jobs=dict(store_health.damaged),
         paused=dict(sorted((paused or {}).items())),
+        store_notices=tuple(redact(text) for text in store_notices),
         store_down_since=wall_ms(store_health.down_since),
         last_error=store_health.last_error,
         clock_offset_ms=store_clock.offset_ms,
