@@ -47,7 +47,8 @@ class Pair:
             if time.monotonic() > deadline:
                 raise RuntimeError("the replica did not connect to the primary")
             time.sleep(0.02)
-        while b"connected_slaves:1" not in command(self.primary.port, "INFO", "replication"):
+        listed = f"port={self.replica.port},state=online".encode()
+        while listed not in command(self.primary.port, "INFO", "replication"):
             if time.monotonic() > deadline:
                 raise RuntimeError("the primary does not list its replica")
             time.sleep(0.02)

@@ -360,3 +360,48 @@ async def test_a_restart_that_forgets_is_noticed(
     finally:
         manager.unregister(errors)
         await store.close()
+
+
+async def test_wait_is_not_consensus_with_two_replicas() -> None:
+    """The documented limit: with two replicas and ``wait_replicas=1``, the replica that
+    acknowledged a claim is not necessarily the one a failover promotes. Here the second replica
+    has stopped replicating (it lags), the claim is confirmed by the first, the primary dies and
+    the lagging replica is promoted: a second instance wins the same run. ``wait_replicas=2``
+    (every replica that may be promoted) answers ``unknown`` instead of ``won``."""
+    first = start_pair()
+    if first is None:
+        pytest.skip("redis-server is not installed")
+    binary = find_binary("redis")
+    assert binary is not None
+    lagging = start(binary)
+    try:
+        second = Pair(first.primary, lagging)
+        second.attach()  # the primary now has two replicas
+        raw = aioredis.Redis.from_url(lagging.url)
+        await raw.execute_command("REPLICAOF", "NO", "ONE")  # it stops receiving writes
+        await raw.aclose()
+        store = await _open(first.primary.url, "lease", **WAIT)
+        all_of_them = await _open(
+            first.primary.url,
+            "lease",
+            prefix=store.options.prefix,  # type: ignore[attr-defined]
+            wait_replicas=2,
+            wait_timeout="100ms",
+        )
+        try:
+            slot = await _slot(store)
+            assert (await all_of_them.claim(_request("hourly", slot))).outcome is Outcome.UNKNOWN
+            assert (await store.claim(_request("nightly", slot))).won  # the first replica has it
+        finally:
+            await store.close()
+            await all_of_them.close()
+        first.primary.stop()  # the primary dies; the lagging replica is the one promoted
+        promoted = await _open(lagging.url, "lease", prefix=store.options.prefix)  # type: ignore[attr-defined]
+        try:
+            again = await promoted.claim(_request("nightly", slot, instance="test:2:bbbb"))
+            assert again.won, "a second winner: WAIT is not consensus"
+        finally:
+            await promoted.close()
+    finally:
+        first.stop()
+        lagging.stop()

@@ -1,13 +1,16 @@
-"""A Redis primary and one replica behind a TCP forwarder (the kit's `FaultProxy`), failed over
-again and again: the primary is killed (SIGKILL), the replica promoted (``REPLICAOF NO ONE``),
-the forwarder pointed at it (every open connection dropped, as a Sentinel-aware client would
-reconnect), and the old primary started again, empty, as the new primary's replica. Clients only
-ever see the forwarder's port.
+"""A Redis primary and one replica, failed over again and again as a network fault followed by a
+crash does it: the replica is cut off from the primary (its replication link goes through a
+second `FaultProxy`, which drops the link and refuses it) for `CUT_OFF_S` while clients go on
+claiming on the primary; then the primary is killed (SIGKILL), the replica promoted
+(``REPLICAOF NO ONE``), the clients' forwarder (the kit's `FaultProxy`) pointed at it, dropping
+every open connection as a Sentinel-aware client would reconnect, and the old primary started
+again, empty, as the new primary's replica. Clients only ever see the forwarder's port.
 
-Options: ``async`` (plain claims: the primary answers before its replica has the write, so a
-claim answered ``won`` just before the kill can be missing on the promoted replica and won
-again) and ``wait-replicas`` (``wait_replicas=1&wait_timeout=100ms``: ``won`` only once the
-replica acknowledged the claim, see anarchon_redis._durability). Neither server persists
+Options: ``async`` (plain claims: what the primary answered ``won`` while its replica was cut off
+is missing on the promoted replica, so those slots can be won a second time) and
+``wait-replicas`` (``wait_replicas=1&wait_timeout=100ms``: ``won`` only once the replica
+acknowledged the claim, see ``anarchon_redis._durability``; cut off, the claims answer
+``unknown`` and are resent with the same token until the failover). Neither server persists
 anything: only replication keeps a claim across a failover.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -26,13 +30,14 @@ from anarchon_conformance.proxy import FaultProxy
 
 from ._servers import free_port, start_process, stop_process
 
-__all__ = ["RedisReplica"]
+__all__ = ["CUT_OFF_S", "RedisReplica"]
+
+CUT_OFF_S = 0.2
+"""How long the replica is cut off from the primary before the primary is killed."""
 
 
 def _command(port: int, *words: str) -> str:
-    """One command with redis-cli's wire format, raw reply as text."""
-    import socket
-
+    """One command in Redis's wire format on a fresh connection: the raw reply as text."""
     packed = f"*{len(words)}\r\n" + "".join(f"${len(w.encode())}\r\n{w}\r\n" for w in words)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(packed.encode())
@@ -84,6 +89,8 @@ class RedisReplica:
         self.primary = _Server(binary)
         self.replica = _Server(binary)
         self.proxy: FaultProxy | None = None
+        self.link: FaultProxy | None = None
+        """The replication link: the replica connects to the primary through it."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -93,10 +100,12 @@ class RedisReplica:
     def start(self) -> None:
         self._thread.start()
         self.primary.start()
-        self.replica.start(replica_of=self.primary.port)
-        self._synced(self.replica, self.primary)
         self.proxy = FaultProxy("127.0.0.1", self.primary.port)
         self._in_loop(self.proxy.start())
+        self.link = FaultProxy("127.0.0.1", self.primary.port)
+        self._in_loop(self.link.start())
+        self.replica.start(replica_of=self.link.port)
+        self._synced(self.replica, self.primary)
 
     def _synced(self, replica: _Server, primary: _Server, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
@@ -121,24 +130,38 @@ class RedisReplica:
         return {}
 
     def fault(self, round: int) -> str:
-        assert self.proxy is not None
-        proxy = self.proxy
+        assert self.proxy is not None and self.link is not None
+        proxy, link = self.proxy, self.link
+
+        async def cut_off() -> None:
+            link.refuse(True)
+            link.drop_all()
+
+        self._in_loop(cut_off())
+        time.sleep(CUT_OFF_S)  # the primary goes on answering claims its replica never sees
         self.primary.kill()
         _command(self.replica.port, "REPLICAOF", "NO", "ONE")
+        promoted = self.replica.port
 
-        async def retarget() -> None:
-            proxy.target = ("127.0.0.1", self.replica.port)
+        async def fail_over() -> None:
+            proxy.target = ("127.0.0.1", promoted)
             proxy.drop_all()
+            link.target = ("127.0.0.1", promoted)
+            link.refuse(False)
 
-        self._in_loop(retarget())
+        self._in_loop(fail_over())
         self.primary, self.replica = self.replica, self.primary
-        self.replica.start(replica_of=self.primary.port)
+        self.replica.start(replica_of=link.port)
         self._synced(self.replica, self.primary)
-        return "kill -9 the primary, promote the replica, restart the old primary as its replica"
+        return (
+            f"cut the replica off for {CUT_OFF_S} s, kill -9 the primary, promote the replica, "
+            "restart the old primary as its replica"
+        )
 
     def stop(self) -> None:
-        if self.proxy is not None:
-            self._in_loop(self.proxy.stop())
+        for proxy in (self.proxy, self.link):
+            if proxy is not None:
+                self._in_loop(proxy.stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self.primary.stop()
