@@ -10,6 +10,7 @@ shown in ``notices``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import subprocess
@@ -405,3 +406,33 @@ async def test_wait_is_not_consensus_with_two_replicas() -> None:
     finally:
         first.stop()
         lagging.stop()
+
+
+async def test_the_runtime_resends_an_unconfirmed_claim(replica_resumed: Pair) -> None:
+    """`anarchon.once` (the scheduler's claimer): an ``unknown`` that says ``unconfirmed`` is
+    resent with the same token, like a transport error, and runs the body once the replica has
+    caught up; never before."""
+    pair = replica_resumed
+    store = await _open(pair.primary.url, "lease", **WAIT)
+    try:
+        slot = await _slot(store)
+        pair.pause_replica()
+        ran: list[int] = []
+
+        async def body() -> None:
+            async with anarchon.once(store, "nightly", slot, max_late="10m") as run:
+                if run:
+                    ran.append(run.attempt)
+
+        task = asyncio.create_task(body())
+        assert isinstance(store, RedisStore)
+        confirm = store.link.confirm
+        assert confirm is not None
+        await eventually(lambda: confirm.unconfirmed >= 2, 10, "a resend while the replica lags")
+        assert ran == []
+        pair.resume_replica()
+        await asyncio.wait_for(task, 10)
+        assert ran == [1]
+    finally:
+        pair.resume_replica()
+        await store.close()
