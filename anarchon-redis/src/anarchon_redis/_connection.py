@@ -87,7 +87,17 @@ class Link:
         if self.options.waits:
             for text in await check_server(client, self.url, self.options):
                 log.warning("%s", text, extra={"store": str(self.url)})
-        await self.watch.read(client)
+        try:
+            await self.watch.read(client)
+        except rex.ResponseError as exc:  # NOPERM: an ACL without +info
+            self.watch.every_s = float("inf")
+            log.warning(
+                "Redis at %s refused INFO server (%s): a restart of the server will not be "
+                "noticed; grant the user +info",
+                self.url,
+                str(exc)[:120],
+                extra={"store": str(self.url)},
+            )
 
     async def watch_server(self) -> None:
         """Read the server's run id when due (every `restart_check_ms`, and after a failure):
