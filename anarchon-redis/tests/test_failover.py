@@ -1,5 +1,6 @@
-"""A primary and its replica failed over again and again, with ``wait_replicas=1``: the failover
-harness (bench/chaos, topology ``redis-replica``), short profile. With the option, no claim
+"""A primary and its replica failed over again and again (the replica cut off for 0.2 s, then the
+primary killed and the replica promoted), with ``wait_replicas=1``: the failover harness
+(bench/chaos, topology ``redis-replica``), short profile. With the option, no claim
 answered ``won`` is missing on the promoted replica, so no slot has a second winner and the
 store forgets nothing; without it (``--option async``, measured by ``nox -s chaos``) it does.
 It asserts counts, not speed."""
