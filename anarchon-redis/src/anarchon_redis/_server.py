@@ -163,8 +163,8 @@ class ServerWatch:
 
     async def read(self, client: aioredis.Redis) -> ServerRestarted | None:
         """Read the run id; a `ServerRestarted` (logged once here) when it changed."""
+        self.checked = time.monotonic()  # concurrent calls do not read it again meanwhile
         info: dict[str, Any] = await client.info("server")
-        self.checked = time.monotonic()
         run_id = str(info.get("run_id", "")) or None
         before, self.run_id = self.run_id, run_id
         if before is None or run_id is None or before == run_id:
