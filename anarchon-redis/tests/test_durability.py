@@ -436,3 +436,53 @@ async def test_the_runtime_resends_an_unconfirmed_claim(replica_resumed: Pair) -
     finally:
         pair.resume_replica()
         await store.close()
+
+
+async def test_a_restart_mid_race_is_noticed_once_per_store(
+    restartable: Restartable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two stores (two instances) race on ascending slots, 4 tasks each, while the server
+    (no persistence) is killed and started again: each store notices the restart exactly once,
+    and the race goes on afterwards."""
+    stores = [await _open(restartable.url, "lease", restart_check_ms=100)]
+    stores.append(await _open(restartable.url, "lease", prefix=stores[0].options.prefix))  # type: ignore[attr-defined]
+    first = await _slot(stores[0])
+    answered: list[int] = []
+    stop = asyncio.Event()
+
+    async def claimant(store: anarchon.ClaimStore, name: str) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                await store.claim(_request("race", first + n * 1000, instance=name))
+                answered.append(n)
+                n += 1
+            except StoreUnavailable:
+                await asyncio.sleep(0.01)
+
+    tasks = [
+        asyncio.create_task(claimant(store, f"t:{i}:{t}"))
+        for i, store in enumerate(stores)
+        for t in range(4)
+    ]
+    try:
+        await eventually(lambda: len(answered) >= 50, 20, "claims before the restart")
+        restartable.process.kill()  # type: ignore[union-attr]
+        restartable.process.wait()  # type: ignore[union-attr]
+        before = len(answered)
+        await restartable.start()
+        await eventually(lambda: len(answered) >= before + 50, 20, "claims after the restart")
+        await eventually(
+            lambda: all(store.notices for store in stores),  # type: ignore[attr-defined]
+            5,
+            "both stores to notice the restart",
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        for store in stores:
+            await store.close()
+    told = [r for r in caplog.records if "restarted (run id" in r.getMessage()]
+    assert len(told) == 2, [r.getMessage() for r in told]
+    for store in stores:
+        assert store.link.watch.restarts == 1  # type: ignore[attr-defined]
