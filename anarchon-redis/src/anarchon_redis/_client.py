@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.resources import files
 from typing import Any, TypeVar, cast
@@ -154,35 +154,45 @@ class Script:
         take: Callable[[int, Any], None],
         functions: bool = False,
         pool: wire.Pool | None = None,
-    ) -> None:
+        tail: Sequence[bytes] = (),
+    ) -> list[Any]:
         """Calls of this script packed by hand (`_wire`), sent on one connection in order;
         `take(i, reply)` gets each call's reply (an error reply as its exception) as soon as it
         is read. Calls answered NOSCRIPT (a restart or SCRIPT FLUSH forgot the script) are sent
         again once it is loaded, and taken then. `pool`: where to send them (a cluster node's),
-        default the client's pool."""
+        default the client's pool.
+
+        `tail`: the durability commands (`_durability.Confirm.commands`), sent after
+        the last call (and again after the calls sent again); their replies are returned."""
         where = pool if pool is not None else cast("wire.Pool", client.connection_pool)
         sent: list[bytes] = []
         missing: list[int] = []
+        tails = len(tail)
 
         def kept() -> Iterator[bytes]:
             for packed in commands:
                 sent.append(packed)
                 yield packed
+            yield from tail
 
         def first(i: int, reply: Any) -> None:
+            if i >= len(sent):
+                return
             if self.missing(reply):
                 missing.append(i)
             else:
                 take(i, reply)
 
-        await wire.send(where, kept(), first)
+        replies = await wire.send(where, kept(), first)
         if missing:
             await self.load(client, functions)
-            await wire.send(
+            again = [sent[i] for i in missing]
+            replies = await wire.send(
                 where,
-                [sent[i] for i in missing],
-                lambda j, reply: take(missing[j], reply),
+                [*again, *tail],
+                lambda j, reply: take(missing[j], reply) if j < len(again) else None,
             )
+        return replies[len(replies) - tails :] if tails else []
 
 
 def reraising(exc: Exception) -> Callable[[], Awaitable[Any]]:

@@ -18,9 +18,12 @@ import redis.exceptions as rex
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from anarchon.backend import StoreURL
+from anarchon.plugins import plugin_manager
 
 from ._client import ping, server_now_ms, translated
+from ._durability import Confirm, check_server, confirm_for
 from ._options import RedisOptions
+from ._server import ServerWatch, judge, log, read_persistence
 from ._topology import MAX_CONNECTIONS, Topology, make_client
 from ._wire import Pool
 
@@ -71,6 +74,10 @@ class Link:
         """cluster: node name -> the claims that may use its connections at once."""
         self.read_only = False
         """Opened with `open_read_only` (R1): the store refuses claims and lease calls."""
+        self.confirm: Confirm | None = confirm_for(options)
+        """Durability options: what follows each deciding write (`_durability`)."""
+        self.watch = ServerWatch(url, options)
+        """The server's persistence and run id (`_server`)."""
 
     @property
     def client(self) -> aioredis.Redis:
@@ -159,16 +166,75 @@ class Link:
                 self.read_only = False
             return
         client = make_client(self.url, self.options)
+        cluster = self.topology.kind == "cluster"
+        if not cluster:
+            self._watch_connections(client)
         try:
             await ping(client, self.url)
             self._client = client
             with translated(self.url):
                 await setup(self)
+                if not read_only and not cluster:
+                    # A cluster has one run id and one persistence setting per node: not
+                    # checked (documented); its nodes' failovers are the cluster's own.
+                    await self._check_server(client)
             self.read_only = read_only
         except BaseException:
             self._client = None
             await _closed(client)
             raise
+
+    def _watch_connections(self, client: aioredis.Redis) -> None:
+        """Every new connection of `client` (a reconnect too) makes the run id due."""
+        pool: Any = client.connection_pool
+        make = pool.make_connection
+        watch = self.watch
+
+        def made() -> Any:
+            connection = make()
+            connection.register_connect_callback(watch.connected)
+            return connection
+
+        pool.make_connection = made
+
+    async def _check_server(self, client: aioredis.Redis) -> None:
+        """At open: persistence (warn, or refuse with ``require_persistence``), durability
+        options the server can serve, and the run id that later reads compare with."""
+        self.watch.persistence = found = await read_persistence(client)
+        judge(self.url, self.options, found)
+        if self.options.waits:
+            for text in await check_server(client, self.url, self.options):
+                log.warning("%s", text, extra={"store": str(self.url)})
+        try:
+            await self.watch.read(client)
+        except rex.ResponseError as exc:  # NOPERM: an ACL without +info
+            self.watch.every_s = float("inf")
+            log.warning(
+                "Redis at %s refused INFO server (%s): a restart of the server will not be "
+                "noticed; grant the user +info",
+                self.url,
+                str(exc)[:120],
+                extra={"store": str(self.url)},
+            )
+
+    async def watch_server(self) -> None:
+        """Read the server's run id when due (every `restart_check_ms`, and after a failure):
+        a restart is logged once and told to observers (`_server`). A failure here is left to
+        the call that follows."""
+        if self._client is None or not self.watch.due():
+            return
+        try:
+            restarted = await self.watch.read(self._client)
+        except (
+            rex.RedisError,
+            OSError,
+        ):  # the claim that follows meets the same failure and reports it
+            self.watch.failed()
+            return
+        if restarted is not None:
+            plugin_manager().store_error(
+                store=str(self.url), operation="server_restart", error=restarted
+            )
 
     async def close(self) -> None:
         client, self._client = self._client, None

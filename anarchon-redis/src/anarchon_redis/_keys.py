@@ -58,6 +58,13 @@ class JobKeys:
         """idmp: string, the IDMP-DURATION and IDMP-MAXSIZE chosen for ``:claims``."""
         return f"{self.tag}:idmp-config"
 
+    @property
+    def ack(self) -> str:
+        """Durability (``wait_replicas``, ``wait_aof``): a string written (expiring after a
+        second) right after each claim, so that the ``WAIT`` behind it covers the claim even when
+        the claim itself wrote nothing (a resend its token recognised). See `_durability`."""
+        return f"{self.tag}:ack"
+
     def lease_keys(self) -> list[str]:
         """The keys the lease script takes for one job, in its order (a claim adds `pause`)."""
         tag = self.tag
@@ -73,6 +80,7 @@ class JobKeys:
             self.claims: "stream",
             self.idmp_config: "string",
             self.pause: "hash",
+            self.ack: "string",
         }
 
 

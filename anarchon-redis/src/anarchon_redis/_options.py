@@ -25,6 +25,11 @@ DEFAULT_MAXSIZE = 1000
 DEFAULT_WINDOW_MS = 600_000
 """script: how far back the claim script looks for a slot, unless `window_ms` is given."""
 MAX_WINDOW_MS = 86_400_000
+MAX_WAIT_REPLICAS = 100
+MAX_WAIT_TIMEOUT_MS = 60_000
+DEFAULT_WAIT_TIMEOUT_MS = 100
+"""Durability: how long a write waits for its replicas, unless `wait_timeout` is given."""
+DEFAULT_RESTART_CHECK_MS = 10_000
 
 
 def _check_strategy(_: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -103,6 +108,33 @@ class RedisOptions(StoreOptions):
         validator=_bounded("timeout_ms", 1, 600_000, " ms"),
     )
     """How long one command (or a connect) may take before it fails with `StoreUnavailable`."""
+    wait_replicas: int | None = attrs.field(
+        default=None,
+        validator=_bounded("wait_replicas", 1, MAX_WAIT_REPLICAS),
+    )
+    """Durability: every write that decides a claim (and renew, finish, release) waits until
+    this many replicas acknowledged it (``WAIT``, in the same round trip as the write). A claim
+    they do not confirm within `wait_timeout` answers ``unknown`` (C3), never ``won``; renew,
+    finish and release raise `StoreUnavailable` (the runtime resends them, C2)."""
+    wait_timeout: DurationMs | None = attrs.field(
+        default=None,
+        validator=_bounded("wait_timeout", 1, MAX_WAIT_TIMEOUT_MS, " ms"),
+    )
+    """Durability: how long a write waits for `wait_replicas` (default 100 ms); must be
+    shorter than `timeout_ms`."""
+    wait_aof: bool = False
+    """Durability (Redis 7.2+, Valkey 8): wait with ``WAITAOF 1 <wait_replicas>`` instead: the
+    primary (and `wait_replicas` replicas, if given) wrote the claim to their append-only
+    file and fsynced it. Needs ``appendonly yes`` on the primary."""
+    require_persistence: bool = False
+    """Refuse to open (`ConfigError`) a server whose restart would empty it (no RDB snapshots,
+    no AOF), or whose persistence settings cannot be read; by default that is a warning."""
+    restart_check_ms: DurationMs = attrs.field(
+        default=DurationMs(DEFAULT_RESTART_CHECK_MS),
+        validator=_bounded("restart_check_ms", 100, 3_600_000, " ms"),
+    )
+    """How often the store reads the server's run id (``INFO server``) to notice a restart; also
+    after every connection failure. Never per claim."""
     tls_ca_file: str | None = attrs.field(default=None, validator=_check_file)
     """CA bundle to verify the server (``rediss://``); default: the system's CAs."""
     tls_cert_file: str | None = attrs.field(default=None, validator=_check_file)
@@ -126,6 +158,17 @@ class RedisOptions(StoreOptions):
             raise ConfigError(
                 "sentinel_username needs sentinel_password: give both (or only the password)"
             )
+        if self.wait_timeout is not None and not (self.wait_replicas or self.wait_aof):
+            raise ConfigError(
+                "wait_timeout applies only with wait_replicas=<n> or wait_aof=true: add one "
+                "(wait_replicas=1&wait_timeout=100ms) or remove wait_timeout"
+            )
+        if self.waits and self.confirm_timeout_ms >= self.timeout_ms:
+            raise ConfigError(
+                f"wait_timeout ({self.confirm_timeout_ms} ms) must be shorter than timeout_ms "
+                f"({self.timeout_ms} ms), or the connection gives up before Redis answers: "
+                "lower wait_timeout or raise timeout_ms"
+            )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
 
@@ -133,6 +176,15 @@ class RedisOptions(StoreOptions):
     def tls_given(self) -> tuple[str, ...]:
         """The TLS options that were given (they need ``rediss://``)."""
         return tuple(name for name in TLS_OPTIONS if getattr(self, name) is not None)
+
+    @property
+    def waits(self) -> bool:
+        """Writes wait for replicas or for the AOF (`wait_replicas`, `wait_aof`)."""
+        return bool(self.wait_replicas) or self.wait_aof
+
+    @property
+    def confirm_timeout_ms(self) -> int:
+        return self.wait_timeout if self.wait_timeout is not None else DEFAULT_WAIT_TIMEOUT_MS
 
     @property
     def idmp_duration_sec(self) -> int:

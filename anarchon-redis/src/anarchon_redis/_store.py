@@ -17,8 +17,8 @@ member list (`anarchon.abc.SupportsMembership`, M1; `_members`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import attrs
 
@@ -32,6 +32,7 @@ from anarchon.backend import (
     RunRecord,
     RunStatus,
     StoreOptions,
+    StoreUnavailable,
     StoreURL,
     structure_options,
 )
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["IdmpStore", "RedisLeaseStore", "RedisStore", "ScriptStore", "StreamIdStore"]
+
+T = TypeVar("T")
 
 
 class RedisStore(ClaimStore, Membership):
@@ -89,6 +92,12 @@ class RedisStore(ClaimStore, Membership):
             raise ConfigError(
                 f"Redis URL {url}: sentinel_username and sentinel_password apply only to "
                 "redis+sentinel:// URLs: remove them"
+            )
+        if topology.kind == "cluster" and options.waits:
+            raise ConfigError(
+                f"Redis URL {url}: wait_replicas and wait_aof are not offered on Redis Cluster "
+                "yet (each node would need its own confirmation of every batch and lease call): "
+                "remove them, or use a primary with replicas (redis:// or redis+sentinel://)"
             )
         self.url = url
         self.options: RedisOptions = options
@@ -154,17 +163,46 @@ class RedisStore(ClaimStore, Membership):
     async def now_ms(self) -> int:
         return await self.link.now_ms()
 
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """What the store noticed about its server that a health check should show: a restart
+        (its run id changed; `anarchon_redis._server`) and claims that replicas did not
+        confirm (durability options)."""
+        found: list[str] = []
+        watch, confirm = self.link.watch, self.link.confirm
+        if watch.notice is not None:
+            found.append(f"{watch.notice} ({watch.restarts} restart(s) seen since open)")
+        if confirm is not None and confirm.unconfirmed:
+            found.append(
+                f"{confirm.unconfirmed} write(s) not confirmed by replicas since open ({confirm!r})"
+            )
+        return tuple(found)
+
+    async def _watched(self, call: Awaitable[T]) -> T:
+        """`call` between looks at the server's run id when due (`restart_check_ms`); a failure
+        and a new connection make it due."""
+        await self.link.watch_server()
+        try:
+            result = await call
+        except StoreUnavailable:
+            self.link.watch.failed()
+            raise
+        # The call may have reconnected (redis-py does so silently on a dead connection): say
+        # at once if that was to a restarted server.
+        await self.link.watch_server()
+        return result
+
     async def claim(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.claim(self.link, request)
+        return await self._watched(self.strategy.claim(self.link, request))
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[Claim]:
         """`anarchon.abc.SupportsClaimMany`: the strategy's batch, each job answered as its
         single claim would be."""
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.claim_many(self.link, requests)
+        return await self._watched(self.strategy.claim_many(self.link, requests))
 
     async def history(self, job: str, limit: int = 100) -> list[RunRecord]:
         return await self.strategy.history(self.link, job, limit)
@@ -185,19 +223,19 @@ class RedisLeaseStore(RedisStore, LeaseStore, Control):
     async def renew(self, job: str, slot: int, token: str, lease_ms: int) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.renew(self.link, job, slot, token, lease_ms)
+        return await self._watched(self.strategy.renew(self.link, job, slot, token, lease_ms))
 
     async def finish(
         self, job: str, slot: int, token: str, status: RunStatus, error: str | None = None
     ) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.finish(self.link, job, slot, token, status, error)
+        return await self._watched(self.strategy.finish(self.link, job, slot, token, status, error))
 
     async def release(self, job: str, slot: int, token: str) -> bool:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.release(self.link, job, slot, token)
+        return await self._watched(self.strategy.release(self.link, job, slot, token))
 
     async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:
         """`SupportsRetry` (L12): log the failed try and hold the run for `delay_ms`."""
@@ -208,7 +246,7 @@ class RedisLeaseStore(RedisStore, LeaseStore, Control):
     async def check(self, request: ClaimRequest) -> Claim:
         if self.link.read_only:
             raise self._refused()
-        return await self.strategy.check(self.link, request)
+        return await self._watched(self.strategy.check(self.link, request))
 
 
 class StreamIdStore(RedisStore):

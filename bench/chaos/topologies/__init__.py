@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..harness import Topology
 from .postgres_failover import PostgresFailover
 from .redis_failover import RedisClusterFailover, RedisSentinelFailover
+from .redis_replica import RedisReplica
 from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
@@ -19,5 +20,6 @@ TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
     "redis-cluster": (RedisClusterFailover.OPTIONS, RedisClusterFailover),
     "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
+    "redis-replica": (RedisReplica.OPTIONS, RedisReplica),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""

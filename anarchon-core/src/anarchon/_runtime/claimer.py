@@ -17,7 +17,7 @@ from .._errors import AnarchonError, StoreCorrupt, StoreUnavailable
 from .._urls import redact
 from .context import RuntimeContext
 
-__all__ = ["TRANSPORT_ERRORS", "UNANSWERED", "Claimer"]
+__all__ = ["TRANSPORT_ERRORS", "UNANSWERED", "UNCONFIRMED", "Claimer"]
 
 log = logging.getLogger("anarchon.store")
 
@@ -32,6 +32,19 @@ nothing is recorded yet (the dispatcher records the slot once the store answers 
 REFUSED = "the claim failed and was not resent"
 """How the reason of an `unknown` answer the claimer made up itself starts: the store raised an
 error that resending cannot fix (`StoreCorrupt`, `ConfigError`), named after it."""
+UNCONFIRMED = "unconfirmed:"
+"""How the reason of an `unknown` answer starts when the store took the claim but could not
+confirm that it is durable (Redis ``wait_replicas``: the replicas did not acknowledge in time).
+Resending the same token learns the answer (C2), so the claimer resends such a claim as after a
+transport error, until it is decided or late; it never runs on it (C3)."""
+
+
+def _settled(claims: Sequence[Claim]) -> Sequence[Claim]:
+    """`claims`, or `StoreUnavailable` when one is unconfirmed (`UNCONFIRMED`): resend them all."""
+    for claim in claims:
+        if claim.outcome is Outcome.UNKNOWN and claim.reason.startswith(UNCONFIRMED):
+            raise StoreUnavailable(claim.reason)
+    return claims
 
 
 class Claimer:
@@ -137,7 +150,12 @@ class Claimer:
     ) -> Claim:
         """Claim until decided or late (C2: same token on every resend)."""
         started = time.perf_counter()
-        answer = await self._call("claim", lambda: claim(request), give_up=self._late(request))
+
+        async def settled() -> Claim:
+            (answer,) = _settled([await claim(request)])
+            return answer
+
+        answer = await self._call("claim", settled, give_up=self._late(request))
         (result,) = self._answers(
             "claim", [request], [answer] if isinstance(answer, Claim) else answer
         )
@@ -154,9 +172,11 @@ class Claimer:
         decided answers the same), so that the other jobs still run and only the damaged one
         is marked."""
         started = time.perf_counter()
-        answers = await self._call(
-            "claim_many", lambda: claim_many(requests), give_up=self._late(requests[0])
-        )
+
+        async def settled() -> list[Claim]:
+            return list(_settled(await claim_many(requests)))
+
+        answers = await self._call("claim_many", settled, give_up=self._late(requests[0]))
         if isinstance(answers, StoreCorrupt) and len(requests) > 1:
             log.debug(
                 "store %s: claim_many failed (%s); claiming each job alone",

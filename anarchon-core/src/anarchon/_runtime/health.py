@@ -89,6 +89,11 @@ class Health:
     """This instance's own fleet counters (as it publishes them): claims at the slot as a
     contender, reads after the grace as a non-contender, fallbacks (slots it found undecided
     and decided), wins. Empty without a member list."""
+    store_notices: tuple[str, ...] = ()
+    """What the store noticed about its server and wants an operator to see (redacted), from
+    the store's optional ``notices`` attribute: e.g. Redis says that its server restarted (its
+    run id changed: runs it held may be forgotten) or that replicas did not confirm claims.
+    They do not make the instance unready."""
 
     @property
     def live(self) -> bool:
@@ -106,6 +111,7 @@ class Health:
         data: dict[str, Any] = attrs.asdict(self, recurse=True, value_serializer=_plain)
         data["running"] = list(data["running"])
         data["members"] = [dict(m, stats=dict(m["stats"])) for m in data["members"]]
+        data["store_notices"] = list(data["store_notices"])
         data["live"] = self.live
         data["ready"] = self.ready
         return data

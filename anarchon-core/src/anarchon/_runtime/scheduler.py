@@ -518,6 +518,7 @@ class Scheduler:
             last_claims=self.last_claims,
             paused=self.dispatcher.pauses.paused,
             fleet=self.fleet,
+            store_notices=getattr(self.store, "notices", ()),
         )
 
     async def serve_health(self, port: int = 0, host: str = "0.0.0.0") -> HealthServer:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Collection, Mapping
 
 from .._claims import Claim
+from .._urls import redact
 from .clock import StoreClock
 from .execution import Execution
 from .fleet import Fleet
@@ -27,6 +28,7 @@ def health_snapshot(
     last_claims: Mapping[str, tuple[int, Claim]],
     paused: Mapping[str, str] | None = None,
     fleet: Fleet | None = None,
+    store_notices: Collection[str] = (),
 ) -> Health:
     """A scheduler's `Health` from its parts, with monotonic times turned into epoch ms."""
     now_wall, now_mono = time.time(), time.monotonic()
@@ -45,6 +47,7 @@ def health_snapshot(
         paused=dict(sorted((paused or {}).items())),
         members=fleet.members if fleet is not None else (),
         fleet_stats=fleet.counters.as_stats() if fleet is not None else {},
+        store_notices=tuple(redact(text) for text in store_notices),
         store_down_since=wall_ms(store_health.down_since),
         last_error=store_health.last_error,
         clock_offset_ms=store_clock.offset_ms,

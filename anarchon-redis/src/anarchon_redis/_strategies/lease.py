@@ -56,7 +56,7 @@ from .. import _wire as wire
 from .._client import Script, guarded
 from .._keys import JobKeys
 from .._runs import run_from_value
-from .._wire import bulk
+from .._wire import bulk, call_many, command
 from .scripted import ScriptedStrategy
 
 if TYPE_CHECKING:
@@ -151,8 +151,28 @@ class LeaseStrategy(ScriptedStrategy):
         keys = self.keys(job)
         client = link.client
         names = keys.lease_keys()
-        reply = await guarded(client, link.url, keys, names, lambda: LEASE(client, names, args))
-        return bool(reply == 1)
+        confirm = link.confirm
+        if confirm is None:
+            reply = await guarded(client, link.url, keys, names, lambda: LEASE(client, names, args))
+            return bool(reply == 1)
+        # Durability: the script, then the ack write and WAIT, in one round trip (_durability).
+        packed = command(["EVALSHA", LEASE.sha, str(len(names)), *names, *map(str, args)])
+        whole = packed + confirm.packed(keys.ack)
+
+        async def confirmed() -> tuple[Any, str | None]:
+            replies = await call_many(client.connection_pool, whole, 1 + confirm.count)
+            if Script.missing(replies[0]):
+                await LEASE.load(client, self.functions)
+                replies = await call_many(client.connection_pool, whole, 1 + confirm.count)
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            return replies[0], confirm.shortfall(link.url, replies[1:])
+
+        reply, shortfall = await guarded(client, link.url, keys, names, confirmed)
+        done = bool(reply == 1)
+        if done:  # a refusal (False) stands: it wrote nothing the replicas need
+            confirm.write(link.url, str(args[0]), shortfall)
+        return done
 
     async def renew(self, link: Link, job: str, slot: int, token: str, lease_ms: int) -> bool:
         return await self._update(link, job, ["renew", slot, token, lease_ms])

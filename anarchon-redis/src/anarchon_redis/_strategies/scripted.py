@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import redis.exceptions as rex
 
-from anarchon.backend import AnarchonError, ClaimRequest, StoreCorrupt
+from anarchon.backend import AnarchonError, Claim, ClaimRequest, StoreCorrupt
 
 from .. import _wire as wire
 from .._client import Script, guarded, reraising
@@ -99,21 +99,24 @@ class ScriptedStrategy(Strategy):
         """`_decided` for one request, with less around it: the single claim is the hot path."""
         packed = self._call_one(script, option, request)
         client = link.client
+        confirm = link.confirm
 
-        async def send(pool: wire.Pool) -> Any:
+        async def send(pool: wire.Pool) -> tuple[Any, str | None]:
+            if confirm is not None:
+                return await self._confirmed(link, script, packed, request.job, pool)
             try:
-                return await wire.call(pool, packed)
+                return await wire.call(pool, packed), None
             except rex.ResponseError as exc:
                 if not script.missing(exc):  # a restart or a flush forgot it: load, send again
                     raise
                 await script.load(client, self.functions)
-                return await wire.call(pool, packed)
+                return await wire.call(pool, packed), None
 
         try:
             if link.topology.kind == "cluster":
-                answer = await link.routed(self.keys(request.job).tag, send)
+                answer, shortfall = await link.routed(self.keys(request.job).tag, send)
             else:
-                answer = await send(client.connection_pool)
+                answer, shortfall = await send(client.connection_pool)
         except (rex.RedisError, rex.RedisClusterException, OSError, UnicodeDecodeError) as exc:
             await self._refuse(link, request.job, exc)
         if not isinstance(answer, str):
@@ -121,9 +124,29 @@ class ScriptedStrategy(Strategy):
         if answer.startswith("error "):
             await self._refuse(link, request.job, rex.ResponseError(unquote(answer[6:])))
         try:
-            return decide(request, answer)
+            decided = decide(request, answer)
         except StoreCorrupt as exc:
             await self._refuse(link, request.job, exc)
+        if confirm is not None and isinstance(decided, Claim):
+            return confirm.claim(decided, shortfall)  # type: ignore[return-value]
+        return decided
+
+    async def _confirmed(
+        self, link: Link, script: Script, packed: bytes, job: str, pool: wire.Pool
+    ) -> tuple[Any, str | None]:
+        """One packed call on `pool` followed by the durability commands (`_durability`) in the
+        same round trip: its reply, and what fell short of the confirmation (None: confirmed).
+        An error reply of the call is raised; NOSCRIPT loads the script and sends all again."""
+        confirm = link.confirm
+        assert confirm is not None
+        whole = packed + confirm.packed(self.keys(job).ack)
+        replies = await wire.call_many(pool, whole, 1 + confirm.count)
+        if script.missing(replies[0]):  # a restart or a flush forgot it: load, send again
+            await script.load(link.client, self.functions)
+            replies = await wire.call_many(pool, whole, 1 + confirm.count)
+        if isinstance(replies[0], Exception):
+            raise replies[0]
+        return replies[0], confirm.shortfall(link.url, replies[1:])
 
     def _odd(self, link: Link, reply: object, jobs: int) -> StoreCorrupt:
         return StoreCorrupt(
@@ -178,12 +201,21 @@ class ScriptedStrategy(Strategy):
             except AnarchonError as exc:  # corrupt data, or a claim refused (C5: ConfigError)
                 failed.append((chunk[0].job, exc))
 
+        confirm = link.confirm
+        tail = () if confirm is None else confirm.commands(self.keys(requests[0].job).ack)
         try:
-            await script.send(link.client, calls(), take, self.functions)
+            confirmed = await script.send(link.client, calls(), take, self.functions, tail=tail)
+            shortfall = None if confirm is None else confirm.shortfall(link.url, confirmed)
         except (rex.RedisError, OSError, UnicodeDecodeError) as exc:
             await self._refuse(link, requests[0].job, exc)
         if failed:
             await self._refuse(link, *failed[0])
+        if confirm is not None:
+            return [
+                confirm.claim(claim, shortfall) if isinstance(claim, Claim) else claim  # type: ignore[misc]
+                for chunk in done
+                for claim in chunk
+            ]
         return [claim for chunk in done for claim in chunk]
 
     async def _decided_on_nodes(

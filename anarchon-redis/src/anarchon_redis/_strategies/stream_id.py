@@ -85,18 +85,31 @@ class StreamIdStrategy(StreamStrategy):
     async def claim(self, link: Link, request: ClaimRequest) -> Claim:
         if request.slot <= 0:
             return _slot_zero()
+        confirm = link.confirm
         packed = self._xadd(request) + self._xrange(request)
+        if confirm is not None:
+            packed += confirm.packed(self.keys(request.job).ack)
+        count = 2 + (confirm.count if confirm is not None else 0)
 
         async def send(pool: wire.Pool) -> list[Any]:
-            replies = await wire.call_many(pool, packed, 2)
+            replies = await wire.call_many(pool, packed, count)
             if isinstance(replies[0], rex.MovedError):  # not added: `routed` sends it again
                 raise replies[0]
             return replies
 
+        shortfall = None
         try:
-            added, entries = await link.routed(self.keys(request.job).tag, send)
+            added, entries, *tail = await link.routed(self.keys(request.job).tag, send)
+            if confirm is not None:
+                shortfall = confirm.shortfall(link.url, tail)
         except (rex.RedisError, rex.RedisClusterException, OSError) as exc:
             await self._refuse(link, request.job, exc)
+        if confirm is not None:
+            return confirm.claim(await self._answer(link, request, added, entries), shortfall)
+        return await self._answer(link, request, added, entries)
+
+    async def _answer(self, link: Link, request: ClaimRequest, added: Any, entries: Any) -> Claim:
+        """The claim from the replies of its XADD and XRANGE."""
         if not isinstance(added, Exception):
             if request.skip_reason is not None:
                 return skipped(request.token, request.instance, request.skip_reason)
