@@ -172,3 +172,14 @@ def test_settings_repr_hides_the_store_password() -> None:
     settings = Settings(store=f"redis://app:{SECRET}@h/0")
     assert SECRET not in repr(settings)
     assert "redis://app:***@h/0" in repr(settings)
+
+
+def test_several_hosts_comma_separated() -> None:
+    url = StoreURL.parse("nats://u:pw-9f2a@h1:4222,h2:4223,[::1]:4224?replicas=3")
+    assert url.hosts == (("h1", 4222), ("h2", 4223), ("::1", 4224))
+    assert (url.host, url.port) == ("h1", 4222)
+    assert str(url) == "nats://u:***@h1:4222,h2:4223,[::1]:4224?replicas=3"
+    assert StoreURL.parse("redis://h:6379/0").hosts == (("h", 6379),)
+    for bad in ("nats://h1:4222,,h2:4222", "nats://h1:x,h2:4222"):
+        with pytest.raises(ConfigError, match="is malformed"):
+            StoreURL.parse(bad)

@@ -175,6 +175,19 @@ def _check_unicode(shown: str, **parts: str | None) -> None:
             ) from None
 
 
+def _hosts(scheme: str, netloc: str) -> tuple[tuple[str | None, int | None], ...]:
+    """The ``(host, port)`` pairs of a netloc (userinfo removed), several when comma-separated;
+    `ValueError` for a bad port or an empty one of several."""
+    specs = netloc.split(",")
+    hosts: list[tuple[str | None, int | None]] = []
+    for spec in specs:
+        if len(specs) > 1 and not spec:
+            raise ValueError("an empty host between commas")
+        part = urlsplit(f"{scheme}://{spec}")
+        hosts.append((part.hostname, part.port))
+    return tuple(hosts)
+
+
 @attrs.frozen(repr=False)
 class StoreURL:
     """A parsed store URL. `str()` and `repr()` hide its credentials; `secret()` holds them.
@@ -193,6 +206,9 @@ class StoreURL:
     """User name and password as written (percent-encoded or not); None without an ``@``."""
     _rest: str = attrs.field(alias="rest", eq=False)
     """What follows the userinfo, as written: host, port, path, query, fragment."""
+    hosts: tuple[tuple[str | None, int | None], ...] = ()
+    """Every ``(host, port)`` of a URL that names several servers, comma-separated
+    (``nats://h1:4222,h2:4222``); one for other URLs. `host` and `port` are the first."""
 
     @classmethod
     def parse(cls, url: str) -> StoreURL:
@@ -225,9 +241,10 @@ class StoreURL:
             )
         try:
             parts = urlsplit(f"{scheme}://{rest}")
-            port = parts.port
+            hosts = _hosts(scheme, parts.netloc)
         except ValueError as exc:
             raise ConfigError(f"store URL {shown!r} is malformed: {exc}") from None
+        host, port = hosts[0]
         user_text, password_text = userinfo or ("", None)
         _check_unicode(
             shown, user_name=user_text, password=password_text, host=parts.netloc, query=parts.query
@@ -252,12 +269,13 @@ class StoreURL:
             scheme=scheme,
             username=unquote(user_text) if user_text else None,
             password=password,
-            host=parts.hostname,
+            host=host,
             port=port,
             path=unquote(parts.path.removeprefix("/")),
             query=query,
             userinfo=userinfo,
             rest=rest,
+            hosts=hosts,
         )
 
     def options(self) -> dict[str, str]:
