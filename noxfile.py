@@ -11,6 +11,9 @@
 - `nox -s docs`: the site with `mkdocs build --strict`, and the tests of its examples.
 - `nox -s bench`: the benchmarks, `--quick` unless other arguments follow `--`.
 - `nox -s redaction`, `input_fuzz`, `damaged_store`: the long fuzz profiles (issue 21).
+- `nox -s chaos`: the failover harness's long profile on every topology (bench/chaos: 10^5
+  contested claims with repeated faults each), results into bench/results/chaos/
+  (`nox -s chaos -- redis-restart` for one).
 
 Sessions that need servers start the local ones first (scripts/services, idempotent) and prepare
 what scripts/dev test prepares (extra Redis servers, PgBouncer, libfaketime); what cannot be had
@@ -124,6 +127,30 @@ def fleet(session: nox.Session) -> None:
     (gunicorn, uvicorn, Django, Celery)."""
     _install(session)
     _with_services(session, "pytest", "-m", "processes", *PACKAGES, *session.posargs)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The failover harness (bench/chaos), long profile: for each topology and option, processes
+    race on ascending slots while the primary or leader is killed, restarted or cut off, again and
+    again; every slot is counted. `-- NAME` runs one topology (default: all)."""
+    _install(session)
+    names = session.posargs or ["all"]
+    for name in names:
+        out = "bench/results/chaos" if name == "all" else f"bench/results/chaos/{name}.json"
+        _with_services(
+            session,
+            "python",
+            "-m",
+            "bench.chaos",
+            name,
+            "--option",
+            "all",
+            "--profile",
+            "long",
+            "--out",
+            out,
+        )
 
 
 @nox.session

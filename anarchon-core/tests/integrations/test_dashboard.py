@@ -424,8 +424,12 @@ def test_the_store_password_never_reaches_the_page(tmp_path: Path) -> None:
     import secrets
     import urllib.request
 
-    prefix = f"dash{secrets.token_hex(4)}"
-    url = f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?prefix={prefix}"
+    testing = pytest.importorskip("anarchon_postgres.testing")
+    schema = f"dash{secrets.token_hex(4)}"
+    url = f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?schema={schema}"
+    # The dashboard opens stores read-only (R1): set this one up first, in a schema of its own,
+    # so that the test does not depend on what other tests left in `public`.
+    asyncio.run(_set_up(url))
     command = [sys.executable, "-m", "anarchon.cli", "dashboard", url, "--port", "0"]
     proc = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
@@ -438,11 +442,18 @@ def test_the_store_password_never_reaches_the_page(tmp_path: Path) -> None:
         assert SECRET not in html
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+        code = proc.wait(timeout=15)
         rest = _rest(proc)
         assert proc.stderr is not None
-        proc.stderr.close()
+        proc.stderr.close()  # before any assertion: a pipe left open fails a later test
+        testing.drop("postgresql://postgres@127.0.0.1:5432/test", schema)
+    assert code == 0, rest
     assert SECRET not in rest
+
+
+async def _set_up(url: str) -> None:
+    async with anarchon.connect(url):
+        pass
 
 
 # -- controls (--allow-control) ----------------------------------------------------------------

@@ -1,0 +1,336 @@
+"""The failover harness's moving parts: a `Topology` to break, a `Profile` of how hard, the run
+(`run_chaos`) and the count (`tally`). See the package's docstring for how a run goes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from subprocess import PIPE, Popen
+from typing import Any, Protocol
+
+import attrs
+
+from anarchon import ClaimRequest, Outcome, Overlap, create_store
+
+from .worker import claim_until_decided
+
+__all__ = ["Fault", "Profile", "Tally", "Topology", "run_chaos", "tally", "worker_spec"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+REQUEST: Mapping[str, Any] = {
+    "lease_ms": 3_600_000,
+    "max_late_ms": 10 * 365 * 86_400_000,
+    "attempts": 1,
+    "overlap": Overlap.ALLOW.value,
+}
+"""The claims' fields: a lease that outlives the run, one attempt, overlap allowed and never late,
+so that nothing but the store's own memory can decide a slot twice."""
+
+
+class Topology(Protocol):
+    """Servers to break. `start` brings them up (free 127.0.0.1 ports, temp dirs); `url` and
+    `options` are what the workers pass to `anarchon.create_store`; `fault` breaks something
+    (kill the primary, restart a node, cut a link) and returns once the fault is injected and the
+    repair under way, saying what it did; `stop` stops every server, also after a failure."""
+
+    name: str
+    option: str
+
+    def start(self) -> None: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+    def fault(self, round: int) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """How hard a run pushes: `processes` x `tasks` claimants per slot race on ascending slots,
+    a fault every `fault_every_s`, until at least `faults` faults and `claims` answers (or
+    `max_slots` slots each)."""
+
+    name: str
+    processes: int
+    tasks: int
+    faults: int
+    claims: int
+    fault_every_s: float
+    max_slots: int = 1_000_000
+    give_up_ms: int = 20_000
+    recover_timeout_s: float = 60.0
+
+
+PROFILES = {
+    "short": Profile(name="short", processes=3, tasks=2, faults=3, claims=600, fault_every_s=0.3),
+    "long": Profile(
+        name="long", processes=4, tasks=5, faults=20, claims=100_000, fault_every_s=2.0
+    ),
+}
+"""``short`` runs in CI (seconds); ``long`` makes 10^5 contested claims (``nox -s chaos``)."""
+
+
+@attrs.frozen(kw_only=True)
+class Fault:
+    """One injected fault: when it began (wall-clock ms), what it was, and when a probe claim was
+    decided again (None: not within the profile's `recover_timeout_s`)."""
+
+    began_ms: int
+    what: str
+    probe_decided_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class Tally:
+    """What happened to every slot of a run (the JSON the harness writes)."""
+
+    topology: str
+    option: str
+    profile: str
+    processes: int
+    tasks: int
+    claims: int
+    """Answers recorded (contested claims: every slot has processes x tasks claimants)."""
+    slots: int
+    """Slots claimed by every claimant."""
+    duplicate_winners: int
+    """Winners beyond the first, summed over slots (C1 broken when > 0)."""
+    duplicate_slots: int
+    nobody_won: int
+    """Slots every claimant answered for, with no winner among them."""
+    unknown: int
+    """Claims still ``unknown`` (or failing) after `Profile.give_up_ms` of resends."""
+    forgotten: int
+    """Decided slots a fresh claim won again after the run: the store forgot them."""
+    outcomes: Mapping[str, int]
+    faults: Sequence[str]
+    recover_ms: Sequence[int]
+    """Per fault: from its start to the first ``won`` answered after it."""
+    seconds: float
+    command: str
+
+    def as_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["recover_ms_median"] = statistics.median(self.recover_ms) if self.recover_ms else None
+        data["recover_ms_max"] = max(self.recover_ms) if self.recover_ms else None
+        return data
+
+
+def worker_spec(
+    topology: Topology, profile: Profile, out: Path, job: str, first_slot: int
+) -> dict[str, Any]:
+    return {
+        "url": topology.url,
+        "options": dict(topology.options),
+        "job": job,
+        "first_slot": first_slot,
+        "step_ms": 1_000,
+        "slots": profile.max_slots,
+        "tasks": profile.tasks,
+        "request": dict(REQUEST),
+        "give_up_ms": profile.give_up_ms,
+        "out": str(out),
+    }
+
+
+def run_chaos(topology: Topology, profile: Profile, command: str = "") -> Tally:
+    """Start `topology`, race `profile` on it while injecting faults, stop it, count."""
+    topology.start()
+    try:
+        return _run(topology, profile, command)
+    finally:
+        topology.stop()
+
+
+def _run(topology: Topology, profile: Profile, command: str) -> Tally:
+    started = time.monotonic()
+    job = f"chaos-{int(time.time())}"
+    first_slot = (int(time.time()) - 86_400) * 1000
+    with tempfile.TemporaryDirectory(prefix="anarchon-chaos-") as folder:
+        outs = [Path(folder) / f"worker-{n}.jsonl" for n in range(profile.processes)]
+        procs = [
+            Popen(
+                [sys.executable, "-m", "bench.chaos.worker", json.dumps(spec)],
+                cwd=ROOT,
+                stdin=PIPE,
+                stdout=PIPE,
+                stderr=PIPE,
+                text=True,
+            )
+            for spec in (worker_spec(topology, profile, out, job, first_slot) for out in outs)
+        ]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None and proc.stdin is not None
+                line = proc.stdout.readline()
+                if line.strip() != "ready":
+                    raise RuntimeError(f"chaos worker did not start: {proc.communicate()[1]}")
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            faults = _inject_faults(topology, profile, procs, outs)
+            for proc in procs:
+                assert proc.stdin is not None
+                if proc.poll() is None:
+                    proc.stdin.write("stop\n")
+                    proc.stdin.flush()
+            for proc in procs:
+                _, err = proc.communicate(timeout=profile.recover_timeout_s * 2)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"chaos worker failed: {err[-2000:]}")
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        answers = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+    claimants = profile.processes * profile.tasks
+    forgotten = asyncio.run(_forgotten(topology, job, _decided_slots(answers, claimants)))
+    return tally(
+        topology=topology,
+        profile=profile,
+        answers=answers,
+        faults=faults,
+        forgotten=forgotten,
+        seconds=time.monotonic() - started,
+        command=command,
+    )
+
+
+def _inject_faults(
+    topology: Topology, profile: Profile, procs: Sequence[Popen[str]], outs: Sequence[Path]
+) -> list[Fault]:
+    """A fault every `fault_every_s` until the profile's faults and claims are reached (or the
+    workers are done); each waits for a probe claim to be decided again before the next pause."""
+    faults: list[Fault] = []
+    while True:
+        pause_until = time.monotonic() + profile.fault_every_s
+        while time.monotonic() < pause_until:
+            if all(proc.poll() is not None for proc in procs):
+                return faults
+            time.sleep(0.05)
+        if len(faults) >= profile.faults and _answers(outs) >= profile.claims:
+            return faults
+        began_ms = int(time.time() * 1000)
+        what = topology.fault(len(faults))
+        decided_ms = asyncio.run(_probe(topology, profile, len(faults)))
+        faults.append(Fault(began_ms=began_ms, what=what, probe_decided_ms=decided_ms))
+
+
+def _answers(outs: Sequence[Path]) -> int:
+    """Answers written so far (lines in the workers' files)."""
+    total = 0
+    for out in outs:
+        if out.exists():
+            with out.open("rb") as lines:
+                total += sum(chunk.count(b"\n") for chunk in iter(lambda: lines.read(1 << 16), b""))
+    return total
+
+
+async def _probe(topology: Topology, profile: Profile, round: int) -> int | None:
+    """The wall-clock ms at which a fresh claim on the repaired store got a definite answer."""
+    deadline = time.monotonic() + profile.recover_timeout_s
+    while time.monotonic() < deadline:
+        store = create_store(topology.url, **topology.options)
+        try:
+            await store.open()
+            request = ClaimRequest(
+                job="chaos-probe", slot=round * 1000, instance="probe", **REQUEST
+            )
+            outcome, _, answered_ms = await claim_until_decided(store, request, 2_000)
+            if outcome != Outcome.UNKNOWN.value:
+                return answered_ms
+        except Exception:  # noqa: BLE001 (any failure while the topology heals: try again)
+            await asyncio.sleep(0.1)
+        finally:
+            await store.close()
+    return None
+
+
+def _decided_slots(answers: Iterable[Sequence[Any]], claimants: int) -> list[int]:
+    """The slots every claimant answered for, with at least one winner."""
+    count: dict[int, int] = defaultdict(int)
+    won: set[int] = set()
+    for slot, _token, outcome, _tries, _at in answers:
+        count[slot] += 1
+        if outcome == Outcome.WON.value:
+            won.add(slot)
+    return sorted(slot for slot, n in count.items() if n == claimants and slot in won)
+
+
+async def _forgotten(topology: Topology, job: str, slots: Sequence[int]) -> int:
+    """How many of `slots` a fresh claim wins again now (the store forgot their runs)."""
+    store = create_store(topology.url, **topology.options)
+    await store.open()
+    try:
+        forgotten = 0
+        for slot in slots:
+            request = ClaimRequest(job=job, slot=slot, instance="chaos-check", **REQUEST)
+            outcome, _, _ = await claim_until_decided(store, request, 20_000)
+            forgotten += outcome == Outcome.WON.value
+        return forgotten
+    finally:
+        await store.close()
+
+
+def tally(
+    *,
+    topology: Topology,
+    profile: Profile,
+    answers: Sequence[Sequence[Any]],
+    faults: Sequence[Fault],
+    forgotten: int,
+    seconds: float,
+    command: str,
+) -> Tally:
+    """Count `answers` (``[slot, token, outcome, tries, answered_ms]``) per slot."""
+    claimants = profile.processes * profile.tasks
+    per_slot: dict[int, list[str]] = defaultdict(list)
+    outcomes: dict[str, int] = defaultdict(int)
+    won_at: list[int] = []
+    for slot, _token, outcome, _tries, answered_ms in answers:
+        per_slot[slot].append(outcome)
+        outcomes[outcome] += 1
+        if outcome == Outcome.WON.value:
+            won_at.append(answered_ms)
+    won_at.sort()
+    complete = [o for o in per_slot.values() if len(o) == claimants]
+    winners = [o.count(Outcome.WON.value) for o in per_slot.values()]
+    recover_ms = []
+    for fault in faults:
+        after = [at for at in won_at if at > fault.began_ms]
+        if after:
+            recover_ms.append(after[0] - fault.began_ms)
+    return Tally(
+        topology=topology.name,
+        option=topology.option,
+        profile=profile.name,
+        processes=profile.processes,
+        tasks=profile.tasks,
+        claims=len(answers),
+        slots=len(complete),
+        duplicate_winners=sum(max(n - 1, 0) for n in winners),
+        duplicate_slots=sum(n > 1 for n in winners),
+        nobody_won=sum(Outcome.WON.value not in o for o in complete),
+        unknown=outcomes.get(Outcome.UNKNOWN.value, 0),
+        forgotten=forgotten,
+        outcomes=dict(sorted(outcomes.items())),
+        faults=[fault.what for fault in faults],
+        recover_ms=recover_ms,
+        seconds=round(seconds, 1),
+        command=command,
+    )

@@ -1,0 +1,18 @@
+"""The topologies the failover harness breaks, by name: ``python -m bench.chaos NAME``.
+
+Each entry makes a `bench.chaos.Topology` for one option (the first option is the default).
+A topology module starts its own servers on free 127.0.0.1 ports and stops them itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from ..harness import Topology
+from .redis_restart import RedisRestart
+
+__all__ = ["TOPOLOGIES"]
+
+TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
+    "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+}
+"""name -> (its options, the default first; the factory of a topology for one option)."""
