@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..harness import Topology
+from .nats_cluster import NATSClusterLeader
 from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
 
 TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+    "nats-cluster": (NATSClusterLeader.OPTIONS, NATSClusterLeader),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""
