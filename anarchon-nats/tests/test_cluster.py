@@ -161,7 +161,7 @@ STALLS = pytest.mark.xfail(
 async def test_leader_changes_mid_race_keep_one_winner(
     nats_cluster: NATSCluster, raw: Client, strategy: str, fault: str
 ) -> None:
-    """C1 and C2 while the stream's leader changes three times: every slot has exactly one
+    """C1 and C2 while the stream's leader changes two or three times: every slot has exactly one
     winner, whose token is the stored one, and a winner's resend after the changes is `won`."""
     prefix = new_prefix()
     stream = f"ANARCHON_{prefix}"
@@ -201,7 +201,8 @@ async def test_leader_changes_mid_race_keep_one_winner(
             progress[n] = i
 
     async def faults() -> None:
-        for round_ in range(3):
+        # Three stepdowns; two kills (each waits for the restarted server to catch up).
+        for round_ in range(3 if fault == "stepdown" else 2):
             await eventually(
                 lambda r=round_: min(progress) >= (r + 1) * SLOTS // 5,  # type: ignore[misc]
                 timeout=60,
@@ -225,7 +226,7 @@ async def test_leader_changes_mid_race_keep_one_winner(
         slots = [first + i * 100 for i in range(SLOTS)]
         assert sorted(winners) == slots, "a slot nobody won"
         doubles = {s: t for s, t in winners.items() if len(t) != 1}
-        assert not doubles, f"second winners: {doubles}"
+        assert not doubles, f"{len(doubles)} slots with second winners, e.g. {min(doubles.items())}"
         for slot in slots[:: SLOTS // 12]:
             stored = await testing.raw_run(js, prefix, "tick", slot, strategy=strategy)
             assert stored is not None and stored.token == winners[slot][0]
