@@ -32,7 +32,7 @@ from .conftest import NATS_SERVER, NATS_URL, new_prefix, require_server
 
 pytestmark = pytest.mark.processes
 
-SLOTS = 150
+SLOTS = 100
 INSTANCES = 4
 
 
