@@ -15,7 +15,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from anarchon import AnarchonError, Claim, ClaimRequest, Outcome, StoreCorrupt, StoreUnavailable
 
@@ -33,7 +33,6 @@ __all__ = [
     "ERR_SUBJECT_IN_PROCESS",
     "captured",
     "claim_one",
-    "electing",
     "in_process",
     "read_back",
     "wall_ms",
@@ -46,7 +45,6 @@ ERR_SUBJECT_IN_PROCESS = 10164
 concurrent publish to the subject that it has not applied yet, so it cannot say whether the
 subject is taken. Not decided yet, as 10158: resend; the answer then is 10071 or a store."""
 CONFLICT_RETRIES = 8
-ELECTION_PAUSE_S = 0.05
 
 
 def wall_ms() -> int:
@@ -60,15 +58,6 @@ def in_process(exc: BaseException) -> bool:
         exc.err_code in (ERR_DUPLICATE_IN_PROCESS, ERR_SUBJECT_IN_PROCESS)
         or (exc.code == 409 and exc.err_code is None)
     )
-
-
-def electing(exc: BaseException) -> bool:
-    """No stream answered (no responders), or JetStream said it is unavailable (503): on a
-    cluster, the stream is electing a leader. Nothing was stored by this publish; resending it
-    (same message id, same token) is a claim like any other."""
-    if isinstance(exc, NoStreamResponseError):
-        return True
-    return isinstance(exc, APIError) and exc.code == 503
 
 
 def captured(link: Link, strategy: Strategy, stream: object) -> StoreCorrupt:
@@ -89,24 +78,14 @@ async def claim_one(link: Link, strategy: Strategy, request: ClaimRequest) -> Cl
     subject = strategy.subject(request.job, request.slot)
     body = encode(request)
     headers = strategy.headers(request)
-    until = time.monotonic() + link.timeout
     try:
-        attempt = 0
-        while attempt < CONFLICT_RETRIES:
+        for attempt in range(CONFLICT_RETRIES):
             try:
                 answer = await link.replies.request(subject, body, headers, link.timeout)
                 seq, duplicate = link.acks.read(answer)
-            except (APIError, NoStreamResponseError) as exc:
-                if electing(exc) and time.monotonic() < until:
-                    # A leader election takes a second or two: wait for it within the
-                    # request's time, then let the caller resend.
-                    await asyncio.sleep(ELECTION_PAUSE_S)
-                    continue
-                if not isinstance(exc, APIError):
-                    raise
+            except APIError as exc:
                 if in_process(exc):
                     await asyncio.sleep(0.005 * 2**attempt)
-                    attempt += 1
                     continue
                 if strategy.taken(exc):
                     return await read_back(link, strategy, request, None)
