@@ -140,13 +140,11 @@ def _server_version() -> tuple[int, ...]:
         return (0,)
 
 
-STALLS = pytest.mark.xfail(
-    _server_version() < (2, 10),
-    reason="nats-server 2.9 can stall an R3 stream of expected-seq publishes after a leader "
-    "change (a replica stays behind, 'high message lag', publishes time out): C1 holds, C4 "
-    "does not (4 of 11 races on 2.9.10; see docs/backends/nats.md, Clusters)",
-    strict=False,
-)
+OLD_SERVER = _server_version() < (2, 10)
+
+
+class Stalled(Exception):
+    """The cluster stopped answering (a liveness failure of the server, not a second winner)."""
 
 
 @pytest.mark.parametrize(
@@ -154,15 +152,19 @@ STALLS = pytest.mark.xfail(
     [
         ("msg-id", "stepdown"),
         ("msg-id", "kill"),
-        pytest.param("expected-seq", "stepdown", marks=STALLS),
-        pytest.param("expected-seq", "kill", marks=STALLS),
+        ("expected-seq", "stepdown"),
+        ("expected-seq", "kill"),
     ],
 )
 async def test_leader_changes_mid_race_keep_one_winner(
     nats_cluster: NATSCluster, raw: Client, strategy: str, fault: str
 ) -> None:
     """C1 and C2 while the stream's leader changes two or three times: every slot has exactly one
-    winner, whose token is the stored one, and a winner's resend after the changes is `won`."""
+    winner, whose token is the stored one, and a winner's resend after the changes is `won`.
+
+    nats-server 2.9 can stall an R3 stream after a leader change (a replica stays behind, "high
+    message lag"; publishes time out): then the winners so far are still checked (C1), and the
+    test is an expected failure on 2.9 only (docs/backends/nats.md, Clusters)."""
     prefix = new_prefix()
     stream = f"ANARCHON_{prefix}"
     js = raw.jetstream()
@@ -193,7 +195,8 @@ async def test_leader_changes_mid_race_keep_one_winner(
                     break
                 except StoreUnavailable as exc:
                     unavailable += 1
-                    assert time.monotonic() < until, f"the cluster never answered again: {exc}"
+                    if time.monotonic() > until:
+                        raise Stalled(f"the cluster never answered again: {exc}") from None
                     await asyncio.sleep(0.05)
             assert outcome in (Outcome.WON, Outcome.LOST), outcome
             if outcome is Outcome.WON:
@@ -205,7 +208,7 @@ async def test_leader_changes_mid_race_keep_one_winner(
         for round_ in range(3 if fault == "stepdown" else 2):
             await eventually(
                 lambda r=round_: min(progress) >= (r + 1) * SLOTS // 5,  # type: ignore[misc]
-                timeout=60,
+                timeout=90,  # longer than an instance waits before it calls the cluster stalled
                 what="the instances to move on",
             )
             if fault == "stepdown":
@@ -215,18 +218,34 @@ async def test_leader_changes_mid_race_keep_one_winner(
                 node.stop(signal.SIGKILL)
                 await asyncio.sleep(0.3)
                 node.start()
-            leaders.append(await leader(js, stream, 30))
+            try:
+                leaders.append(await leader(js, stream, 30))
+            except Exception as exc:  # noqa: BLE001 - whatever the cluster answers: stalled
+                raise Stalled(f"no healthy leader again: {exc}") from None
 
+    stalled: Stalled | None = None
     try:
-        await asyncio.wait_for(
-            asyncio.gather(faults(), *(instance(n) for n in range(INSTANCES))), 150
+        ended = await asyncio.wait_for(
+            asyncio.gather(
+                faults(), *(instance(n) for n in range(INSTANCES)), return_exceptions=True
+            ),
+            150,
         )
+        for result in ended:
+            if isinstance(result, Stalled):
+                stalled = result
+            elif isinstance(result, BaseException):
+                raise result
+        doubles = {s: t for s, t in winners.items() if len(t) != 1}
+        assert not doubles, f"{len(doubles)} slots with second winners, e.g. {min(doubles.items())}"
+        if stalled is not None:
+            if OLD_SERVER:
+                pytest.xfail(f"nats-server 2.9 stalled ({stalled}); no second winner so far")
+            raise stalled
         changes = sum(a != b for a, b in itertools.pairwise(leaders))
         assert changes >= 2, f"the leader hardly changed: {leaders}"
         slots = [first + i * 100 for i in range(SLOTS)]
         assert sorted(winners) == slots, "a slot nobody won"
-        doubles = {s: t for s, t in winners.items() if len(t) != 1}
-        assert not doubles, f"{len(doubles)} slots with second winners, e.g. {min(doubles.items())}"
         for slot in slots[:: SLOTS // 12]:
             stored = await testing.raw_run(js, prefix, "tick", slot, strategy=strategy)
             assert stored is not None and stored.token == winners[slot][0]
