@@ -33,6 +33,8 @@ from .conftest import NATS_SERVER, NATS_URL, new_prefix, require_server
 pytestmark = pytest.mark.processes
 
 SLOTS = 100
+STALL_S = 20
+"""No answer to a claim for this long (resent all along): the cluster has stalled."""
 INSTANCES = 4
 
 
@@ -125,6 +127,20 @@ async def test_replicas_on_a_server_that_is_not_clustered_is_a_config_error() ->
     await store.close()
 
 
+async def _other_leader(
+    js: JetStreamContext, stream: str, gone: str, deadline_s: float = 30
+) -> None:
+    """Until a server other than `gone` leads the stream (or `deadline_s` passes: a stall, which
+    the instances then report)."""
+    until = time.monotonic() + deadline_s
+    while time.monotonic() < until:
+        with contextlib.suppress(Exception):  # an election under way: ask again
+            info = await js.stream_info(stream)
+            if info.cluster is not None and info.cluster.leader not in (None, gone):
+                return
+        await asyncio.sleep(0.1)
+
+
 async def _step_down(nc: Client, stream: str) -> None:
     answer = await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
     assert json.loads(answer.data).get("success") is True, answer.data
@@ -188,7 +204,7 @@ async def test_leader_changes_mid_race_keep_one_winner(
             request = ClaimRequest(
                 job="tick", slot=first + i * 100, instance=f"i{n}", max_late_ms=600_000
             )
-            until = time.monotonic() + 60
+            until = time.monotonic() + STALL_S
             while True:  # the scheduler's resend: the same request until the store answers
                 try:
                     outcome = (await stores[n].claim(request)).outcome
@@ -208,15 +224,17 @@ async def test_leader_changes_mid_race_keep_one_winner(
         for round_ in range(3 if fault == "stepdown" else 2):
             await eventually(
                 lambda r=round_: min(progress) >= (r + 1) * SLOTS // 5,  # type: ignore[misc]
-                timeout=90,  # longer than an instance waits before it calls the cluster stalled
+                timeout=2 * STALL_S,  # longer than an instance waits before it says: stalled
                 what="the instances to move on",
             )
             if fault == "stepdown":
                 await _step_down(raw, stream)
+                await _other_leader(js, stream, leaders[-1])
             else:
                 node = nats_cluster.node(leaders[-1])
                 node.stop(signal.SIGKILL)
-                await asyncio.sleep(0.3)
+                # Restarted at once, it would find itself leader still: let the others elect.
+                await _other_leader(js, stream, node.name)
                 node.start()
             try:
                 leaders.append(await leader(js, stream, 30))
