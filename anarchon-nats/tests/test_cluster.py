@@ -33,7 +33,7 @@ from .conftest import NATS_SERVER, NATS_URL, new_prefix, require_server
 pytestmark = pytest.mark.processes
 
 SLOTS = 100
-STALL_S = 20
+STALL_S = 45
 """No answer to a claim for this long (resent all along): the cluster has stalled."""
 INSTANCES = 4
 
