@@ -197,3 +197,14 @@ def test_a_bad_host_list_names_the_entry() -> None:
     with pytest.raises(ConfigError, match="malformed") as info:
         StoreURL.parse(f"postgresql://app:{SECRET}@h1:5432,h2:port/test")
     assert SECRET not in str(info.value)
+
+
+def test_several_hosts_comma_separated() -> None:
+    url = StoreURL.parse("nats://u:pw-9f2a@h1:4222,h2:4223,[::1]:4224?replicas=3")
+    assert url.hosts == (("h1", 4222), ("h2", 4223), ("::1", 4224))
+    assert (url.host, url.port) == ("h1", 4222)
+    assert str(url) == "nats://u:***@h1:4222,h2:4223,[::1]:4224?replicas=3"
+    assert StoreURL.parse("redis://h:6379/0").hosts == (("h", 6379),)
+    for bad in ("nats://h1:4222,,h2:4222", "nats://h1:x,h2:4222"):
+        with pytest.raises(ConfigError, match="is malformed"):
+            StoreURL.parse(bad)

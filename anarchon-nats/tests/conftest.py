@@ -23,6 +23,7 @@ import pytest
 
 from anarchon_nats import NATSStore, testing
 from anarchon_test_support import mark_services
+from anarchon_test_support.nats_cluster import NATSCluster
 
 NATS_URL = os.environ.get("ANARCHON_TEST_NATS_URL", "nats://127.0.0.1:4222")
 NATS_SERVER = os.environ.get("ANARCHON_TEST_NATS_SERVER", "/usr/sbin/nats-server")
@@ -164,3 +165,40 @@ def private_server(tmp_path: Path) -> Iterator[PrivateServer]:
     yield server
     server.stop()
     shutil.rmtree(tmp_path / "js", ignore_errors=True)
+
+
+async def _cluster_ready(url: str, deadline_s: float = 30) -> None:
+    """Wait until the cluster can place an R3 stream (every peer known to the meta leader)."""
+    from nats.js.api import StreamConfig
+
+    nc = await nats.connect(url.removeprefix("nats://").split(","), connect_timeout=2)
+    try:
+        js = nc.jetstream()
+        until = time.monotonic() + deadline_s
+        while True:
+            try:
+                await js.add_stream(StreamConfig(name="READY", subjects=["ready"], num_replicas=3))
+                await js.delete_stream("READY")
+                return
+            except Exception:
+                if time.monotonic() > until:
+                    raise
+                await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="session")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NATSCluster]:
+    """A three-node JetStream cluster of this test session (free loopback ports, own
+    directories), shared by the cluster tests and stopped at the end. A test that stops a node
+    starts it again (`NATSCluster` keeps its ports and directory)."""
+    require_binary()
+    root = tmp_path_factory.mktemp("nats-cluster")
+    cluster = NATSCluster(root)
+    try:
+        cluster.start()
+        asyncio.run(_cluster_ready(cluster.url))
+        yield cluster
+    finally:
+        cluster.stop()  # its directory (the servers' logs) is pytest's to keep or remove

@@ -20,7 +20,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from anarchon import AnarchonError, Claim, ClaimRequest, StoreUnavailable
 
 from ._answers import Acks, NotAnAnswer, OtherStream
-from ._claim import ERR_DUPLICATE_IN_PROCESS, captured, claim_one, read_back, wall_ms
+from ._claim import captured, claim_one, in_process, read_back, wall_ms
 from ._connection import DRIVER_ERRORS
 from ._records import encode, taken
 
@@ -66,9 +66,7 @@ async def claim_all(
                 again[i] = read_back(link, strategy, requests[i], seq)
             else:
                 answers[i] = taken(requests[i], wall_ms())
-        elif isinstance(ack, APIError) and (
-            strategy.taken(ack) or ack.err_code == ERR_DUPLICATE_IN_PROCESS
-        ):
+        elif isinstance(ack, APIError) and (strategy.taken(ack) or in_process(ack)):
             again[i] = _claim_again(link, strategy, requests[i])
         else:
             for coroutine in again.values():

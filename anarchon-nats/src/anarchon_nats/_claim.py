@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFLICT_RETRIES",
     "ERR_DUPLICATE_IN_PROCESS",
+    "ERR_SUBJECT_IN_PROCESS",
     "captured",
     "claim_one",
     "in_process",
@@ -39,6 +40,10 @@ __all__ = [
 
 ERR_DUPLICATE_IN_PROCESS = 10158
 """A clustered stream has not decided a concurrent duplicate yet (HTTP-like code 409)."""
+ERR_SUBJECT_IN_PROCESS = 10164
+"""``wrong last sequence`` with no number (servers from 2.10 on): a clustered stream holds a
+concurrent publish to the subject that it has not applied yet, so it cannot say whether the
+subject is taken. Not decided yet, as 10158: resend; the answer then is 10071 or a store."""
 CONFLICT_RETRIES = 8
 
 
@@ -47,9 +52,11 @@ def wall_ms() -> int:
 
 
 def in_process(exc: BaseException) -> bool:
-    """A clustered stream's "not decided yet" for a concurrent duplicate: try again."""
+    """A clustered stream's "not decided yet" for a concurrent duplicate (10158) or a
+    concurrent publish to the same subject (10164): try again."""
     return isinstance(exc, APIError) and (
-        exc.err_code == ERR_DUPLICATE_IN_PROCESS or (exc.code == 409 and exc.err_code is None)
+        exc.err_code in (ERR_DUPLICATE_IN_PROCESS, ERR_SUBJECT_IN_PROCESS)
+        or (exc.code == 409 and exc.err_code is None)
     )
 
 

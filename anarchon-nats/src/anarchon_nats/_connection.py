@@ -46,14 +46,28 @@ DRIVER_ERRORS = (nats.errors.Error, OSError, asyncio.TimeoutError, TimeoutError,
 """What the driver raises (ValueError: an answer that is not JSON)."""
 
 
+def servers(url: StoreURL) -> list[str]:
+    """``host:port`` of every server the URL names (``nats://h1:4222,h2:4222,h3:4222``: the
+    client follows a cluster through any of them)."""
+    pairs = url.hosts or ((url.host, url.port),)
+    shown = []
+    for host, port in pairs:
+        name = host or "127.0.0.1"
+        shown.append(
+            f"[{name}]:{port or DEFAULT_PORT}" if ":" in name else f"{name}:{port or DEFAULT_PORT}"
+        )
+    return shown
+
+
 def shown_url(url: StoreURL) -> str:
-    """``scheme://user:***@host:port`` (a token alone is shown as ``***@``), without options."""
+    """``scheme://user:***@host:port`` (a token alone is shown as ``***@``), without options;
+    every server of a cluster URL, comma-separated."""
     auth = ""
     if url.username is not None and url.password is not None:
         auth = f"{url.username}:***@"
     elif url.username is not None:
         auth = "***@"
-    return f"{url.scheme}://{auth}{url.host or '127.0.0.1'}:{url.port or DEFAULT_PORT}"
+    return f"{url.scheme}://{auth}{','.join(servers(url))}"
 
 
 def secrets(url: StoreURL) -> tuple[str, ...]:
@@ -147,9 +161,7 @@ def connect_kwargs(url: StoreURL, options: NATSOptions) -> dict[str, Any]:
         raise ConfigError(
             f"NATS URL {shown_url(url)} has a path {url.path!r}: write nats://host:port"
         )
-    kwargs: dict[str, Any] = {
-        "servers": [f"{url.scheme}://{url.host or '127.0.0.1'}:{url.port or DEFAULT_PORT}"]
-    }
+    kwargs: dict[str, Any] = {"servers": [f"{url.scheme}://{where}" for where in servers(url)]}
     if url.username is not None and url.password is not None:
         kwargs["user"] = url.username
         kwargs["password"] = url.password

@@ -31,6 +31,24 @@ __all__ = ["check_config", "ensure_stream", "find_stream", "stream_config"]
 
 ERR_STREAM_NAME_IN_USE = 10058
 ERR_SUBJECTS_OVERLAP = 10065
+ERR_NO_PEERS = 10005
+"""``no suitable peers for placement``: fewer JetStream servers in the cluster than replicas."""
+ERR_REPLICAS_NOT_CLUSTERED = 10074
+"""``replicas > 1 not supported in non-clustered mode``."""
+ERR_INSUFFICIENT_RESOURCES = 10023
+
+
+def placement_error(exc: APIError, options: NATSOptions, where: str) -> ConfigError | None:
+    """The `ConfigError` for a stream the server cannot place with ``replicas`` copies, or None
+    when `exc` is another refusal."""
+    if exc.err_code not in (ERR_NO_PEERS, ERR_REPLICAS_NOT_CLUSTERED, ERR_INSUFFICIENT_RESOURCES):
+        return None
+    return ConfigError(
+        f"NATS at {where}: cannot create stream {options.stream_name} with replicas="
+        f"{options.replicas} ({exc.description}): replicas must not exceed the JetStream servers "
+        "of the cluster that are up (1 on a server that is not clustered). Lower replicas, or "
+        "start the missing servers; replicas=3 on a cluster of three survives the loss of one"
+    )
 
 
 def stream_config(strategy: Strategy, options: NATSOptions) -> StreamConfig:
@@ -123,6 +141,9 @@ async def ensure_stream(
         try:
             info = await js.add_stream(stream_config(strategy, options))
         except APIError as exc:
+            placement = placement_error(exc, options, where)
+            if placement is not None:
+                raise placement from None
             if exc.err_code not in (ERR_SUBJECTS_OVERLAP, ERR_STREAM_NAME_IN_USE):
                 raise
             # Another instance may have created it a moment ago (the server then answers

@@ -51,6 +51,26 @@ def _optional_path(_: object, attribute: attrs.Attribute[str | None], value: obj
         raise ConfigError(f"{attribute.name} must be a file path, got {value!r}")
 
 
+QUEUE_TYPES_REFUSED = {
+    "quorum": "a quorum queue overshoots x-max-length (it accepted a second message at "
+    "max-length 1 on RabbitMQ 3.10): two instances could win the same run",
+    "stream": "a stream queue has no reject-publish length limit at all: every instance would win",
+}
+
+
+def _classic_only(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value == "classic":
+        return
+    why = QUEUE_TYPES_REFUSED.get(str(value))
+    reason = why or "the only type whose x-max-length: 1 with reject-publish refuses a second claim"
+    raise ConfigError(
+        f"queue_type must be classic, got {value!r}: {reason}. Claim queues are always durable "
+        "classic queues, declared with an explicit x-queue-type, so a virtual host's default "
+        "queue type does not change them; on a cluster a classic queue lives on one node (see "
+        "the RabbitMQ page of the docs: Clusters)"
+    )
+
+
 @attrs.frozen(kw_only=True)
 class RabbitMQOptions(StoreOptions):
     """Options of the RabbitMQ store. ``history_limit`` and ``retention_margin_ms`` (common to all
@@ -74,6 +94,10 @@ class RabbitMQOptions(StoreOptions):
     finds its queue made (creating a durable queue is most of a new run's cost). At most half of
     `slot_ttl_ms` is used; 0 turns preparing off. It never changes an outcome, but a queue made
     earlier expires earlier: the store remembers a run ``slot_ttl_ms`` minus this after its slot."""
+    queue_type: str = attrs.field(default="classic", validator=_classic_only)
+    """Only ``classic``; accepted so that a user who asks for ``quorum`` or ``stream`` is told
+    why not (`ConfigError`) instead of getting an unknown-option error. Quorum queues overshoot
+    ``x-max-length`` and stream queues have no such limit: either could let two instances win."""
     channels: int = attrs.field(default=4, validator=_bounded(1, 64))
     """Confirm channels per store, used in turn: RabbitMQ creates queues in parallel across
     channels, so concurrent first claims of many jobs finish sooner."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..harness import Topology
+from .nats_cluster import NATSClusterLeader
 from .postgres_failover import PostgresFailover
 from .redis_failover import RedisClusterFailover, RedisSentinelFailover
 from .redis_replica import RedisReplica
@@ -16,10 +17,11 @@ from .redis_restart import RedisRestart
 __all__ = ["TOPOLOGIES"]
 
 TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
+    "nats-cluster": (NATSClusterLeader.OPTIONS, NATSClusterLeader),
     "postgres-failover": (PostgresFailover.OPTIONS, PostgresFailover),
-    "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
     "redis-cluster": (RedisClusterFailover.OPTIONS, RedisClusterFailover),
-    "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
     "redis-replica": (RedisReplica.OPTIONS, RedisReplica),
+    "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
+    "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
 }
 """name -> (its options, the default first; the factory of a topology for one option)."""

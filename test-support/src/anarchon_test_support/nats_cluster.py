@@ -1,0 +1,126 @@
+"""A three-node NATS JetStream cluster on loopback, the test's own (or a benchmark's).
+
+Each node is a ``nats-server -js`` on free ports (client and cluster), with its own store
+directory under `root`, routed to the others; the cluster is ready when every node answers on
+its client port and reports a JetStream meta leader (checked by the caller with a client, as
+this module imports no NATS driver). Nodes can be stopped, killed and started again on the same
+ports and directories, so a restarted node catches up from its peers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+__all__ = ["NATS_SERVER", "NATSCluster", "NATSNode", "free_port"]
+
+NATS_SERVER = os.environ.get("ANARCHON_TEST_NATS_SERVER", "/usr/sbin/nats-server")
+CLUSTER_NAME = "anarchon"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at the moment (127.0.0.1)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NATSNode:
+    """One server of the cluster: ``n<index>``, its client and route ports, its directory."""
+
+    def __init__(self, root: Path, index: int) -> None:
+        self.name = f"n{index}"
+        self.root = root / self.name
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.cluster_port = free_port()
+        self.routes: list[int] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the server (again) on its ports and directory; returns once it listens."""
+        routes = ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)
+        command = [
+            NATS_SERVER,
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.root / "js"),
+            "--server_name",
+            self.name,
+            "--cluster_name",
+            CLUSTER_NAME,
+            "-cluster",
+            f"nats://127.0.0.1:{self.cluster_port}",
+            "-routes",
+            routes,
+        ]
+        with (self.root / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server {self.name} exited; see {self.root}/server.log")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"nats-server {self.name} did not listen on port {self.port}")
+
+    def stop(self, how: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the server with `how` (SIGKILL: no goodbye to its peers) and wait for it."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(how)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class NATSCluster:
+    """`size` routed JetStream servers (default 3). `url` names them all
+    (``nats://127.0.0.1:p1,127.0.0.1:p2,...``), so a client follows the cluster."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        self.nodes = [NATSNode(root, i + 1) for i in range(size)]
+        for node in self.nodes:
+            node.routes = [other.cluster_port for other in self.nodes if other is not node]
+
+    @property
+    def url(self) -> str:
+        return "nats://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def node(self, name: str) -> NATSNode:
+        """The node called `name` (``n1`` ...), as JetStream names a stream's leader."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
