@@ -21,6 +21,8 @@ from anarchon_test_support import eventually
 
 
 def scheduler(store: MemoryStore, name: str, **kwargs: object) -> Scheduler:
+    """A scheduler with the fleet on (`contenders=2`, the opt-in) unless `kwargs` say."""
+    kwargs.setdefault("contenders", 2)
     return Scheduler(store, instance=name, environ={}, **kwargs)  # type: ignore[arg-type]
 
 
@@ -70,7 +72,7 @@ async def test_M1_a_bad_ttl_is_a_config_error() -> None:
 def test_fleet_settings_defaults_and_errors() -> None:
     settings = load_settings({}, environ={})
     assert (settings.contenders, settings.fleet_grace_ms, settings.fleet_refresh_ms) == (
-        2,
+        0,
         1_000,
         5_000,
     )
@@ -90,6 +92,8 @@ def test_fleet_settings_defaults_and_errors() -> None:
 def test_no_fleet_when_turned_off_or_the_store_keeps_no_members() -> None:
     assert scheduler(MemoryStore.create(), "a").fleet is not None
     assert scheduler(MemoryStore.create(), "a", contenders=0).fleet is None
+    off_by_default = Scheduler(MemoryStore.create(), instance="a", environ={})
+    assert off_by_default.fleet is None
 
 
 # -- roles -------------------------------------------------------------------------------------

@@ -35,8 +35,12 @@ __all__ = [
 ]
 
 DEFAULT_STORE = "sqlite:///anarchon.db"
-DEFAULT_CONTENDERS = 2
-"""Two contenders: one may die at the slot and the other still decides it at once."""
+DEFAULT_CONTENDERS = 0
+"""Off by default: every instance claims every slot. The fleet benchmark (docs/benchmarks.md,
+section 6) measured that the grace fallback, one read per job a non-contender did not contend,
+costs the store more than every instance claiming in one batch; until the fallback reads less,
+`contenders=2` is an opt-in (with it, one contender may die at the slot and the other still
+decides it at once)."""
 MAX_CONTENDERS = 1_000
 DEFAULT_FLEET_GRACE_MS = 1_000
 """A slot's contenders decide it within a claim round trip (milliseconds; a batch of thousands
