@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from anarchon import StoreCorrupt, SupportsMembership
+from anarchon import StoreCorrupt, StoreUnavailable, SupportsMembership
 
 if TYPE_CHECKING:
     from conftest import Env
@@ -45,3 +45,16 @@ async def test_M1_a_member_key_of_another_type_is_named(env: Env) -> None:
         await store.members()
     with pytest.raises(StoreCorrupt, match=f"{members}.*{ends}"):
         await store.announce("w:1", 60_000)
+
+
+async def test_M1_a_store_that_is_not_open_is_unavailable(env: Env) -> None:
+    """The runtime leaves the fleet on stop even when its store never came up: an anarchon
+    error it logs, never a crash."""
+    import anarchon
+
+    store = anarchon.create_store(env.url, prefix=env.prefix)
+    assert isinstance(store, SupportsMembership)
+    with pytest.raises(StoreUnavailable, match="not open"):
+        await store.leave("w:1")
+    with pytest.raises(StoreUnavailable, match="not open"):
+        await store.members()

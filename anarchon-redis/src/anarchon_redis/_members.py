@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from anarchon.backend import (
     Member,
     StoreCorrupt,
+    StoreUnavailable,
     check_announce,
     check_instance,
     read_member,
@@ -29,6 +30,8 @@ from ._client import Script, translated
 from ._keys import PrefixKeys
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from ._connection import Link
     from ._options import RedisOptions
 
@@ -47,6 +50,14 @@ class Membership:
 
         def _refused(self) -> RuntimeError: ...
 
+    def _client(self) -> aioredis.Redis:
+        """The client, or `StoreUnavailable` on a store that is not open (a scheduler that
+        stops before its store ever came up still leaves the fleet without a crash)."""
+        try:
+            return self.link.client
+        except RuntimeError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
     def _member_keys(self) -> list[str]:
         keys = PrefixKeys(self.options.prefix)
         return [keys.members, keys.member_ends]
@@ -61,7 +72,7 @@ class Membership:
         text = stats_text(counters)
         with self._members_keys():
             reply: Any = await MEMBERS(
-                self.link.client, self._member_keys(), ["announce", instance, ttl_ms, text]
+                self._client(), self._member_keys(), ["announce", instance, ttl_ms, text]
             )
         started, seen, until = (int(part) for part in str(reply).split(" "))
         return Member(
@@ -73,7 +84,7 @@ class Membership:
         pipelined round trip. Reads only (R1)."""
         key = PrefixKeys(self.options.prefix).members
         with self._members_keys():
-            pipe = self.link.client.pipeline(transaction=False)
+            pipe = self._client().pipeline(transaction=False)
             pipe.time()
             pipe.hgetall(key)
             (seconds, micros), found = await pipe.execute()
@@ -87,7 +98,7 @@ class Membership:
         if self.link.read_only:
             raise self._refused()
         with self._members_keys():
-            reply: Any = await MEMBERS(self.link.client, self._member_keys(), ["leave", instance])
+            reply: Any = await MEMBERS(self._client(), self._member_keys(), ["leave", instance])
         return bool(reply == 1)
 
     @contextmanager
