@@ -403,6 +403,9 @@ def test_demo_stops_its_instances_on_ctrl_c(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()  # also when an assertion failed: an open pipe fails a later test
     assert process.returncode == 130, err
     assert "interrupted; stopped 2 instance(s)" in err
     for pid in pids:

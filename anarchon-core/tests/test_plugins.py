@@ -193,7 +193,7 @@ def test_every_hook_spec_has_a_docstring_and_the_prefix() -> None:
     from anarchon.plugins import spec
 
     hooks = [name for name in dir(spec) if name.startswith("anarchon_")]
-    assert len(hooks) == 7
+    assert len(hooks) == 8
     for name in hooks:
         assert getattr(spec, name).__doc__, name
 

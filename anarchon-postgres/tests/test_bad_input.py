@@ -54,12 +54,12 @@ def test_unknown_option_lists_ours_and_libpq() -> None:
     with pytest.raises(ConfigError) as info:
         anarchon.create_store(POSTGRES_URL + "?tabel=x")
     message = str(info.value)
-    assert (
-        "unknown option tabel for postgresql://; valid options: history_limit, pool_max_size, "
-        in (message)
-    )
-    assert "pool_min_size, prefix, retention_margin_ms, schema, statement_timeout_ms, table" in (
+    assert "unknown option tabel for postgresql://; valid options: durability, history_limit, " in (
         message
+    )
+    assert (
+        "pool_max_size, pool_min_size, prefix, retention_margin_ms, schema, statement_timeout_ms"
+        in (message)
     )
     assert "or any libpq connection parameter (" in message and "sslmode" in message
 

@@ -7,14 +7,15 @@ key pattern ``~{prefix:*`` covers them): the hash ``{prefix:}:members``, instanc
 ``{prefix:}:member-ends``, instance scored by its until, so an announce finds the members that
 ended without reading them all. `announce` and `leave` are one script call each
 (``_scripts/members.lua``); `members` is one pipelined round trip of plain reads (TIME,
-HGETALL), so it works on a store opened read-only and for the monitoring ACL user (R1).
+HGETALL; two calls to the list's node on a cluster, whose pipelines refuse TIME), so it works on
+a store opened read-only and for the monitoring ACL user (R1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from anarchon.backend import (
     Member,
@@ -83,11 +84,20 @@ class Membership:
         """M1: the live members by Redis TIME, sorted by instance: TIME and HGETALL in one
         pipelined round trip. Reads only (R1)."""
         key = PrefixKeys(self.options.prefix).members
+        client = self._client()
         with self._members_keys():
-            pipe = self._client().pipeline(transaction=False)
-            pipe.time()
-            pipe.hgetall(key)
-            (seconds, micros), found = await pipe.execute()
+            cluster = self.link.cluster
+            if cluster is not None:
+                # A cluster pipeline refuses TIME (it has no key): the clock of the node that
+                # holds the list, then the list.
+                node = cluster.get_node_from_key(key)
+                seconds, micros = await cluster.time(target_nodes=node)
+                found = cast("dict[str, str]", await cluster.hgetall(key))
+            else:
+                pipe = client.pipeline(transaction=False)
+                pipe.time()
+                pipe.hgetall(key)
+                (seconds, micros), found = await pipe.execute()
         now = int(seconds) * 1000 + int(micros) // 1000
         live = [_member(instance, value, key) for instance, value in found.items()]
         return sorted((m for m in live if m.until_ms >= now), key=lambda m: m.instance)
