@@ -19,7 +19,7 @@ from rich.table import Table
 from .._connect import connect
 from .._control import Pause, is_triggered_slot
 from .._durations import to_ms
-from .._errors import ConfigError, StoreCorrupt
+from .._errors import AnarchonError, ConfigError, StoreCorrupt
 from .._fleet import Member
 from .._names import check_name
 from .._runs import DamagedHistory, DamagedRun, RunRecord, RunStatus
@@ -54,6 +54,9 @@ class Snapshot:
     """The pauses in force (P1), on stores that keep them."""
     members: tuple[Member, ...] = ()
     """The fleet's live members (M1), on stores that keep a member list."""
+    members_error: str | None = None
+    """Why the member list could not be read (a monitoring user without rights to it, say): the
+    rest of the snapshot stands without it."""
 
     def pause_of(self, job: str) -> Pause | None:
         return next((p for p in self.pauses if p.job == job), None)
@@ -80,8 +83,12 @@ async def read_snapshot(
     if isinstance(store, SupportsPause) and store.capabilities.pause:
         pauses = [p for p in await store.pauses() if not jobs or p.job in jobs]
     members: list[Member] = []
+    members_error = None
     if isinstance(store, SupportsMembership) and store.capabilities.membership:
-        members = await store.members()
+        try:
+            members = await store.members()
+        except AnarchonError as exc:  # the list is an extra: the runs still show without it
+            members_error = redact(str(exc))
     now = await store.now_ms()
     now_ms = now if now is not None else time.time_ns() // 1_000_000
     result = []
@@ -109,6 +116,7 @@ async def read_snapshot(
         jobs=tuple(result),
         pauses=tuple(pauses),
         members=tuple(members),
+        members_error=members_error,
     )
 
 
@@ -169,6 +177,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
         "now_ms": snapshot.now_ms,
         "paused": [pause_json(p) for p in snapshot.pauses],
         "members": [member_json(m) for m in snapshot.members],
+        "members_error": snapshot.members_error,
         "jobs": [
             {
                 "job": job.job,
@@ -249,6 +258,8 @@ def render(snapshot: Snapshot) -> Group:
     parts: list[Any] = [table]
     if snapshot.members:
         parts.append(members_table(snapshot))
+    if snapshot.members_error:
+        parts.append(f"live instances not shown: {escape(snapshot.members_error)}")
     if notes:
         return Group(*parts, *notes)
     if not snapshot.jobs:
