@@ -52,6 +52,9 @@ TEST_ONLY_STEM = re.compile(
 RUNTIME_EXCEPTIONS = {
     "anarchon/cli/_demo_worker.py": "one instance of `anarchon demo`, started by the demo",
     "anarchon_sqlite/_worker.py": "the thread that owns each SQLite connection",
+    "anarchon/_fleet.py": "the fleet's members and rendezvous contenders (DESIGN section 12)",
+    "anarchon/_runtime/fleet.py": "the scheduler's heartbeat and contender roles",
+    "anarchon_redis/_server.py": "the Redis server's persistence and run id, read by the store",
 }
 """Runtime modules whose names look like test support, each with what it is."""
 

@@ -5,6 +5,7 @@ harness break the same servers the same way (``bench`` is not an installed packa
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,12 @@ def _load() -> Any:
 @contextmanager
 def replicated_pair(synchronous_commit: str | None) -> Iterator[Any]:
     """A started pair (skip if the PostgreSQL binaries are missing), stopped afterwards."""
+    if os.environ.get("ANARCHON_TEST_FAILOVER") != "1":
+        pytest.skip(
+            "the primary + replica failover tests run in `nox -s failover` "
+            "(ANARCHON_TEST_FAILOVER=1): a restart of the killed primary fails now and then on "
+            "a loaded machine (the stop-30 note), so CI leaves them out until that is fixed"
+        )
     module = _load()
     if not (module.BIN / "pg_basebackup").exists():
         pytest.skip(f"pg_basebackup not found in {module.BIN}: set ANARCHON_TEST_POSTGRES_BIN")

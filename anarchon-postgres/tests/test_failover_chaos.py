@@ -7,6 +7,7 @@ duplicates depend on timing, so they are counted there, not asserted here.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,15 @@ from .replicated_pair import _load
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.processes, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("ANARCHON_TEST_FAILOVER") != "1",
+        reason="runs in `nox -s failover` (ANARCHON_TEST_FAILOVER=1): a restart of the killed "
+        "primary fails now and then on a loaded machine (the stop-30 note)",
+    ),
+]
 
 _RUN = """
 import json, attrs

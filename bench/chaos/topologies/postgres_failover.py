@@ -282,8 +282,10 @@ class ReplicatedPair:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # Wait for the children too: one still attached to the shared memory makes the next
+        # start of this data directory fail ("pre-existing shared memory block is still in use").
         deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
+        while any(_alive(p) for p in (pid, *children)) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def fail_over(self, *, wait: bool = True) -> None:
