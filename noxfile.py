@@ -13,7 +13,8 @@
 - `nox -s bench_fleet`: the fleet benchmark's full profile (issue 25; about 30 min on 2 busy
   cores), on private servers it starts itself; `-- --quick` for its smoke profile.
 - `nox -s redaction`, `input_fuzz`, `damaged_store`: the long fuzz profiles (issue 21).
-- `nox -s failover`: PostgreSQL primary + replica failover tests (left out of CI for now).
+- `nox -s failover`: PostgreSQL primary + replica failover tests (left out of CI for now) and
+  every NATS leader-change race (CI runs one).
 - `nox -s chaos`: the failover harness's long profile on every topology (bench/chaos: 10^5
   contested claims with repeated faults each), results into bench/results/chaos/
   (`nox -s chaos -- redis-restart` for one).
@@ -176,9 +177,9 @@ def redis_topologies(session: nox.Session) -> None:
 @nox.session
 def failover(session: nox.Session) -> None:
     """PostgreSQL on a primary + streaming replicas: multi-host URLs, a claim in flight when the
-    primary dies, `durability=replicated`, and the chaos harness's short synchronous profile.
-    Left out of CI for now (a restart of the killed primary fails now and then on a loaded
-    machine)."""
+    primary dies, `durability=replicated`, and the chaos harness's short synchronous profile
+    (left out of CI for now: a restart of the killed primary fails now and then on a loaded
+    machine); and every leader-change race on a 3-node NATS cluster (CI runs one)."""
     _install(session)
     _with_services(
         session,
@@ -187,6 +188,7 @@ def failover(session: nox.Session) -> None:
         "pytest",
         "anarchon-postgres/tests/test_failover.py",
         "anarchon-postgres/tests/test_failover_chaos.py",
+        "anarchon-nats/tests/test_cluster.py",
         *session.posargs,
     )
 

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import itertools
 import json
+import os
 import signal
 import subprocess
 import time
@@ -163,13 +164,20 @@ class Stalled(Exception):
     """The cluster stopped answering (a liveness failure of the server, not a second winner)."""
 
 
+LONG = pytest.mark.skipif(
+    os.environ.get("ANARCHON_TEST_FAILOVER") != "1",
+    reason="runs in `nox -s failover` (ANARCHON_TEST_FAILOVER=1); CI keeps one case (about 90 s "
+    "of the CI budget saved)",
+)
+
+
 @pytest.mark.parametrize(
     ("strategy", "fault"),
     [
-        ("msg-id", "stepdown"),
-        ("msg-id", "kill"),
+        pytest.param("msg-id", "stepdown", marks=LONG),
+        pytest.param("msg-id", "kill", marks=LONG),
         ("expected-seq", "stepdown"),
-        ("expected-seq", "kill"),
+        pytest.param("expected-seq", "kill", marks=LONG),
     ],
 )
 async def test_leader_changes_mid_race_keep_one_winner(
