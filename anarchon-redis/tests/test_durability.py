@@ -15,6 +15,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -392,7 +393,14 @@ async def test_wait_is_not_consensus_with_two_replicas() -> None:
         try:
             slot = await _slot(store)
             assert (await all_of_them.claim(_request("hourly", slot))).outcome is Outcome.UNKNOWN
-            assert (await store.claim(_request("nightly", slot))).won  # the first replica has it
+            # The first replica confirms it; resent with the same token (C2) while it is still
+            # busy with the second replica's attach (WAIT may time out once or twice then).
+            nightly = _request("nightly", slot)
+            deadline = time.monotonic() + 10
+            while not (claim := await store.claim(nightly)).won:
+                assert claim.outcome is Outcome.UNKNOWN, claim
+                assert time.monotonic() < deadline, f"never confirmed: {claim}"
+            assert claim.won  # the first replica has it
         finally:
             await store.close()
             await all_of_them.close()
