@@ -167,27 +167,6 @@ def private_server(tmp_path: Path) -> Iterator[PrivateServer]:
     shutil.rmtree(tmp_path / "js", ignore_errors=True)
 
 
-async def _cluster_ready(url: str, deadline_s: float = 30) -> None:
-    """Wait until the cluster can place an R3 stream (every peer known to the meta leader)."""
-    from nats.js.api import StreamConfig
-
-    nc = await nats.connect(url.removeprefix("nats://").split(","), connect_timeout=2)
-    try:
-        js = nc.jetstream()
-        until = time.monotonic() + deadline_s
-        while True:
-            try:
-                await js.add_stream(StreamConfig(name="READY", subjects=["ready"], num_replicas=3))
-                await js.delete_stream("READY")
-                return
-            except Exception:
-                if time.monotonic() > until:
-                    raise
-                await asyncio.sleep(0.1)
-    finally:
-        await nc.close()
-
-
 @pytest.fixture(scope="session")
 def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NATSCluster]:
     """A three-node JetStream cluster of this test session (free loopback ports, own
@@ -198,7 +177,7 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NATSClust
     cluster = NATSCluster(root)
     try:
         cluster.start()
-        asyncio.run(_cluster_ready(cluster.url))
+        asyncio.run(cluster.wait_ready())
         yield cluster
     finally:
         cluster.stop()  # its directory (the servers' logs) is pytest's to keep or remove

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import nats
-from nats.js.api import StreamConfig
 
 from anarchon_test_support.nats_cluster import NATSCluster
 
@@ -36,25 +35,6 @@ async def _client(cluster: NATSCluster) -> Any:
     return await nats.connect(
         [node.url for node in cluster.nodes], connect_timeout=2, max_reconnect_attempts=-1
     )
-
-
-async def _ready(cluster: NATSCluster, deadline_s: float = 30) -> None:
-    """Until the cluster can place an R3 stream (every peer known to the meta leader)."""
-    nc = await _client(cluster)
-    try:
-        js = nc.jetstream()
-        until = time.monotonic() + deadline_s
-        while True:
-            try:
-                await js.add_stream(StreamConfig(name="READY", subjects=["ready"], num_replicas=3))
-                await js.delete_stream("READY")
-                return
-            except Exception:
-                if time.monotonic() > until:
-                    raise
-                await asyncio.sleep(0.1)
-    finally:
-        await nc.close()
 
 
 async def _healthy_leader(cluster: NATSCluster, deadline_s: float = 60) -> str | None:
@@ -104,7 +84,7 @@ class NATSClusterLeader:
 
     def start(self) -> None:
         self.cluster.start()
-        asyncio.run(_ready(self.cluster))
+        asyncio.run(self.cluster.wait_ready())
 
     @property
     def url(self) -> str:

@@ -9,6 +9,7 @@ ports and directories, so a restarted node catches up from its peers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -124,3 +125,26 @@ class NATSCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+    async def wait_ready(self, deadline_s: float = 30) -> None:
+        """Return once the cluster can place an R3 stream (every peer known to the meta
+        leader): a stream created at once after `start` may otherwise be refused."""
+        import nats  # anarchon-nats's client: only its tests and the chaos harness call this
+        from nats.js.api import StreamConfig
+
+        nc = await nats.connect([node.url for node in self.nodes], connect_timeout=2)
+        try:
+            js = nc.jetstream()
+            until = time.monotonic() + deadline_s
+            while True:
+                try:
+                    config = StreamConfig(name="READY", subjects=["ready"], num_replicas=3)
+                    await js.add_stream(config)
+                    await js.delete_stream("READY")
+                    return
+                except Exception:
+                    if time.monotonic() > until:
+                        raise
+                    await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
