@@ -32,7 +32,9 @@ from .redis_servers import _answers, _free_port, find_binary, start
 from .replication import Pair, start_pair
 
 STRATEGIES = ["lease", "stream-id", "script"]
-WAIT = {"wait_replicas": 1, "wait_timeout": "200ms"}
+WAIT = {"wait_replicas": 1, "wait_timeout": "1s"}
+"""A replica on a busy 2-core machine may take a few hundred ms to ack: 200 ms made a healthy
+replica look absent (claims answered unknown) while another test run loaded the machine."""
 
 
 @pytest.mark.parametrize(
