@@ -77,15 +77,17 @@ class Instance:
     ) -> None:
         self.name, self.store, self.plan = name, store, plan
         self.gate, self.one_call = gates
-        mine = [j for j in plan["jobs"] if name in table[j]]
-        self.contended = mine
+        k = plan["k"]
+        self.contended = [j for j in plan["jobs"] if name in table[j][:k]]
         dead = set(plan["dead"])
         others = [j for j in plan["jobs"] if name not in table[j]]
-        if plan["fallback"] == "live":
+        if plan["fallback"] in ("live", "tiers"):
             # The member list re-read after the grace no longer shows the dead (their heartbeat
-            # ran out): fall back only where no contender is left alive.
+            # ran out): fall back only where no contender (nor watcher) is left alive.
             others = [j for j in others if set(table[j]) <= dead]
-        self.fallback = others
+        # tiers: the table lists k contenders, then the watchers, who claim after the grace.
+        watched = [j for j in plan["jobs"] if name in table[j][k:]]
+        self.fallback = watched + others
         self.won: list[tuple[str, float]] = []
         self.calls = 0
         self.claimed = 0
@@ -164,6 +166,8 @@ async def _cell(plan: Plan, barriers: Any) -> dict[str, Any]:
     wait until every process is done and the parent has snapshot the server again, close."""
     ready, go, done, measured = barriers
     members, k = plan["members"], plan["k"]
+    if plan["fallback"] == "tiers":
+        k += plan["watchers"]
     if k >= len(members):
         table = {j: list(members) for j in plan["jobs"]}
     else:

@@ -71,8 +71,11 @@ MODES = (
     ("k2-check", 2, "check"),
     ("k2-batch", 2, "batch"),
     ("k2-live", 2, "live"),
+    ("k2-w1", 2, "tiers"),
 )
 """(name, k (None: k = N, today's behaviour), fallback)."""
+WATCHERS = 1
+"""Watchers per (job, slot) in the ``tiers`` mode (the runtime's default `fleet_watchers`)."""
 
 
 def _url(backend: str, strategy: str, base: str, prefix: str) -> str:
@@ -150,7 +153,10 @@ def _over(params: dict[str, Any], n: int, jobs: int, mode: tuple[Any, ...]) -> i
     """The store requests (claims and reads) a run would make, if over the profile's budget
     (``check`` sends one call per job: the client's time, not the store's, would be measured)."""
     _, k, fallback = mode
-    work = min(k, n) * jobs if k is not None and fallback == "live" else n * jobs
+    if k is not None and fallback in ("live", "tiers"):
+        work = min(k + (WATCHERS if fallback == "tiers" else 0), n) * jobs
+    else:
+        work = n * jobs
     budget = params["fleet_check_budget" if fallback == "check" else "fleet_budget"]
     return work if work > budget else None
 
@@ -167,7 +173,7 @@ def run_cell(
     clients = max(1, min(n, CLIENTS) // PROCESSES)
     plans = [
         dict(base, members=members, local=members[p::PROCESSES], dead=dead, jobs=names,
-             slot=slot, k=k, grace_s=GRACE_S, fallback=fallback,
+             slot=slot, k=k, watchers=WATCHERS, grace_s=GRACE_S, fallback=fallback,
              clients=clients if members[p::PROCESSES] else 0)
         for p in range(PROCESSES)
     ]  # fmt: skip

@@ -54,6 +54,7 @@ RUNTIME_EXCEPTIONS = {
     "anarchon_sqlite/_worker.py": "the thread that owns each SQLite connection",
     "anarchon/_fleet.py": "the fleet's members and rendezvous contenders (DESIGN section 12)",
     "anarchon/_runtime/fleet.py": "the scheduler's heartbeat and contender roles",
+    "anarchon/_runtime/fleet_fallback.py": "the later claims of slots this instance watches",
     "anarchon_redis/_server.py": "the Redis server's persistence and run id, read by the store",
 }
 """Runtime modules whose names look like test support, each with what it is."""

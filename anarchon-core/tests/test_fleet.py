@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from anarchon import ConfigError, Member, MemoryStore, Run, Scheduler, StoreCorrupt
-from anarchon._fleet import contenders
-from anarchon._runtime.fleet import fleet_grace_ms
+from anarchon._fleet import contenders, job_set_fingerprint
+from anarchon._runtime.fleet import Role, fleet_grace_ms, job_signature
 from anarchon._runtime.settings import load_settings
 from anarchon.cli import cli
 from anarchon_test_support import eventually
@@ -102,17 +102,28 @@ async def test_roles_follow_rendezvous_over_the_members_read() -> None:
     s = scheduler(store, "me", contenders=2)
     assert s.fleet is not None
     assert s.fleet.contends("job", 1000), "no member list yet: contend for everything"
+    same = {"job_set": s.fleet.job_set}
     for other in ("b", "c", "d", "e"):
-        await store.announce(other, 60_000)
+        await store.announce(other, 60_000, same)
+    await store.announce("x", 60_000, {"job_set": s.fleet.job_set + 1})
+    await store.announce("y", 60_000)
     await s.fleet.beat()
     assert s.fleet.contends("job", 1000), "not in the list itself: contend for everything"
-    await store.announce("me", 60_000)
+    await store.announce("me", 60_000, same)
     await s.fleet.beat()
     names = ["b", "c", "d", "e", "me"]
     mine = [slot for slot in range(0, 200_000, 1000) if "me" in contenders(names, "job", slot, 2)]
+    watched = [
+        slot
+        for slot in range(0, 200_000, 1000)
+        if slot not in mine and "me" in contenders(names, "job", slot, 3)
+    ]
     assert 20 < len(mine) < 140, "about 2 slots in 5"
+    assert 5 < len(watched) < 80, "about 1 slot in 5"
     for slot in range(0, 200_000, 1000):
-        assert s.fleet.contends("job", slot) is (slot in mine)
+        assert s.fleet.contends("job", slot) is (slot in mine), "x and y run other jobs"
+        role = s.fleet.role("job", slot)
+        assert (role is Role.WATCH) is (slot in watched)
 
 
 def test_the_grace_is_at_most_half_of_max_late() -> None:
@@ -148,8 +159,9 @@ async def test_contenders_claim_and_the_others_stay_silent() -> None:
     assert max(runs.values()) == 1, "a (job, slot) ran twice"
     claims = sum(a["claims"] - b["claims"] for a, b in zip(after, before, strict=True))
     reads = sum(a["reads"] - b["reads"] for a, b in zip(after, before, strict=True))
-    assert claims > 0 and claims == reads, "two contenders and two readers per (job, slot)"
+    assert claims > 0 and claims == 2 * reads, "two contenders and one watcher per (job, slot)"
     assert sum(a["fallbacks"] for a in after) == 0, "live contenders left nothing to fall back"
+    assert sum(a["orphans"] for a in after) == 0, "nobody left: the silent one stayed silent"
     assert sum(a["wins"] for a in after) == len(runs)
     assert await MemoryStore.create("silent").members() == [], "each left on stop"
 
@@ -167,7 +179,8 @@ async def test_slots_of_dead_contenders_are_decided_after_the_grace() -> None:
         def tick(run: Run) -> None:
             started[(run.job, run.slot)] = s.store_clock.now_ms()
 
-    await store.announce("ghost", 60_000)
+    job_set = job_set_fingerprint(job_signature(spec) for spec in s.jobs.values())
+    await store.announce("ghost", 60_000, {"job_set": job_set})
     async with s:
         await eventually(lambda: len(s.fleet.members) == 2 if s.fleet else False, 5)
         first = s.store_clock.now_ms() // 1000 * 1000 + 1000

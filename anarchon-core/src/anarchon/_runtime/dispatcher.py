@@ -8,14 +8,14 @@ queue that decides its slots one at a time in slot order, by its catch-up policy
 records the late ones skipped, so that no slot vanishes from the ledger. Triggered slots (X1)
 come from the store (`control.TriggerPoller`) and are claimed alone, like a slot reached late.
 
-On a store with a member list, `fleet` says which jobs of a slot this instance contends for;
-the others wait their grace and are read, then claimed only if still undecided (DESIGN
-section 12).
+On a store with a member list, `fleet` plans the roles of a slot's jobs: this instance claims
+those it contends for at the slot, those it watches a grace later (the claim reads first), and
+the silent ones only if their contenders and watchers all leave the list (DESIGN section 12).
 
 Near 500 lines: a slot's way from the timetable to a claim (on time, in a lane, triggered, or as
 a fleet's fallback) and on to an execution or a backup reads best in one class; the claims'
 retries are `claimer`, the runs `running`, pauses and triggers `control`, the member list and
-the roles `fleet`."""
+the roles `fleet`, the later claims of the slots it does not contend for `fleet_fallback`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from .._claims import Claim, ClaimRequest, Outcome, Overlap, new_token
@@ -33,7 +33,8 @@ from .claimer import TRANSPORT_ERRORS, UNANSWERED, Claimer
 from .context import RuntimeContext
 from .control import PauseWatch, TriggerPoller
 from .execution import Execution
-from .fleet import Fleet, fleet_grace_ms
+from .fleet import Fleet
+from .fleet_fallback import FleetFallback
 from .jobs import JobSpec
 from .running import Running
 from .timetable import Timetable
@@ -111,6 +112,7 @@ class Dispatcher:
         self._jobs = jobs
         self.claimer.start()
         if self.fleet is not None:
+            self.fleet.set_jobs(jobs.values())
             self._beating = self.spawn(self.fleet.run(stop), "anarchon-fleet")
         self.task = asyncio.create_task(
             self.run(jobs, stop, since_ms=since_ms), name="anarchon-dispatcher"
@@ -372,26 +374,28 @@ class Dispatcher:
         """The slot's claims for the jobs reached on time, in one batch where the store can.
         Until they are decided, each job's next slots wait in its lane (a slow or absent store
         must not let two slots of a job be decided out of order). In a fleet, only the jobs
-        this instance contends for; the others go to `_fall_back`."""
+        this instance contends for; the others go to a `FleetFallback`."""
         if self.fleet is not None:
-            specs, later = self.fleet.split(specs, slot)
-            if later:
-                self.spawn(self._fall_back(later, slot), f"anarchon-slot-{slot}-fallback")
+            plan = self.fleet.plan(specs, slot)
+            specs = plan.now
+            if plan.watch or plan.silent:
+                fallback = FleetFallback(
+                    fleet=self.fleet,
+                    clock=self.store_clock,
+                    stop=self._stop,
+                    deciding=self._deciding,
+                    read=self._read_slot,
+                )
+                self.spawn(fallback.run(plan, slot), f"anarchon-slot-{slot}-fallback")
             if not specs:
                 return
         requests = [self._request(spec, slot) for spec in specs]
         sent_at = time.monotonic()
-        store = self.store
         deciding = asyncio.Event()
         for spec in specs:
             self._deciding[spec.name] = deciding
         try:
-            if len(requests) > 1 and isinstance(store, SupportsClaimMany):
-                claims = await self.claimer.claim_many(store.claim_many, requests)
-            else:
-                claims = list(
-                    await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
-                )
+            claims = await self._claim_all(requests, self.store.claim)
         finally:
             deciding.set()
             for spec in specs:
@@ -400,63 +404,42 @@ class Dispatcher:
         if self.fleet is not None:
             self.fleet.claimed(requests, claims)
         for spec, request, claim in zip(specs, requests, claims, strict=True):
-            self._note(spec.name, slot, claim)
-            if claim.won:
-                await self._execute(spec, request, claim, sent_at)
-            elif claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
-                self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+            await self._answered(spec, request, claim, sent_at)
 
-    async def _fall_back(self, specs: Sequence[JobSpec], slot: int) -> None:
-        """Jobs of `slot` this instance does not contend for: after each one's grace (by the
-        store-corrected clock), read the slot and claim it only if still undecided: `check`
-        on a lease store (one read when decided, L10), a claim (batched) elsewhere. So a slot
-        whose contenders died or never came is still decided, a grace later."""
-        fleet = self.fleet
-        assert fleet is not None
-        deciding = asyncio.Event()
-        for spec in specs:
-            self._deciding[spec.name] = deciding
-        try:
-            graces = sorted({fleet_grace_ms(fleet.grace_ms, spec) for spec in specs})
-            for grace in graces:
-                wait_s = max(slot + grace - self.store_clock.now_ms(), 0) / 1000
-                try:
-                    await asyncio.wait_for(self._stop.wait(), wait_s)
-                    return
-                except asyncio.TimeoutError:
-                    pass
-                group = [s for s in specs if fleet_grace_ms(fleet.grace_ms, s) == grace]
-                await self._read_slot(fleet, group, slot)
-                for spec in group:
-                    if self._deciding.get(spec.name) is deciding:
-                        del self._deciding[spec.name]
-        finally:
-            deciding.set()
-            for spec in specs:
-                if self._deciding.get(spec.name) is deciding:
-                    del self._deciding[spec.name]
+    async def _claim_all(
+        self, requests: Sequence[ClaimRequest], single: Callable[[ClaimRequest], Awaitable[Claim]]
+    ) -> list[Claim]:
+        """Claim `requests` (one slot's) in one batch where the store can, else each with
+        `single` (the store's claim, or `check` on a lease store), concurrently."""
+        store = self.store
+        if len(requests) > 1 and isinstance(store, SupportsClaimMany):
+            return await self.claimer.claim_many(store.claim_many, requests)
+        return list(await asyncio.gather(*(self.claimer.claim(single, r) for r in requests)))
 
-    async def _read_slot(self, fleet: Fleet, specs: Sequence[JobSpec], slot: int) -> None:
+    async def _answered(
+        self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
+    ) -> None:
+        """What follows a claim of the slot: won, its run starts; running, a backup (L10)."""
+        self._note(spec.name, request.slot, claim)
+        if claim.won:
+            await self._execute(spec, request, claim, sent_at)
+        elif claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
+            name = f"anarchon-backup-{spec.name}-{request.slot}"
+            self.spawn(self._backup(spec, request.slot), name)
+
+    async def _read_slot(self, specs: Sequence[JobSpec], slot: int, orphan: bool) -> None:
+        """Claim `specs` after their slot, in one batch where the store can (the claim reads
+        first: a decided slot answers without a write); `check` where only it is single."""
         requests = [self._request(spec, slot) for spec in specs]
         sent_at = time.monotonic()
-        lease_store, store = self.context.lease_store, self.store
-        if lease_store is not None:
-            claims = list(
-                await asyncio.gather(*(self.claimer.claim(lease_store.check, r) for r in requests))
-            )
-        elif len(requests) > 1 and isinstance(store, SupportsClaimMany):
-            claims = await self.claimer.claim_many(store.claim_many, requests)
-        else:
-            claims = list(
-                await asyncio.gather(*(self.claimer.claim(store.claim, r) for r in requests))
-            )
+        lease_store = self.context.lease_store
+        claims = await self._claim_all(
+            requests, self.store.claim if lease_store is None else lease_store.check
+        )
+        assert self.fleet is not None
         for spec, request, claim in zip(specs, requests, claims, strict=True):
-            self._note(spec.name, slot, claim)
-            fleet.read(request, claim)
-            if claim.won:
-                await self._execute(spec, request, claim, sent_at)
-            elif claim.outcome is Outcome.RUNNING and lease_store is not None:
-                self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+            self.fleet.read(request, claim, orphan=orphan)
+            await self._answered(spec, request, claim, sent_at)
 
     async def _execute(
         self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_CONTENDERS",
     "DEFAULT_FLEET_GRACE_MS",
     "DEFAULT_FLEET_REFRESH_MS",
+    "DEFAULT_FLEET_WATCHERS",
     "DEFAULT_STORE",
     "Settings",
     "default_instance_id",
@@ -47,6 +48,9 @@ DEFAULT_FLEET_GRACE_MS = 1_000
 of jobs well under a second) plus the small clock differences between instances (T2); one
 second covers both, and is what a slot waits when all its contenders died."""
 DEFAULT_FLEET_REFRESH_MS = 5_000
+DEFAULT_FLEET_WATCHERS = 1
+"""One watcher per (job, slot) claims a grace after the slot: the slot of a contender that died
+at the slot is decided then, not when the dead one's ttl runs out, for one read per run."""
 MIN_FLEET_REFRESH_MS = 100
 MAX_FLEET_MS = 600_000
 ENV_PREFIX = "ANARCHON_"
@@ -88,9 +92,13 @@ class Settings:
     contenders: int = DEFAULT_CONTENDERS
     """On stores with a member list (`Capabilities.membership`): how many instances claim each
     (job, slot) at its slot (DESIGN section 12); 0: every instance claims every slot."""
+    fleet_watchers: int = DEFAULT_FLEET_WATCHERS
+    """How many instances, after the contenders, claim each (job, slot) a grace after its slot
+    (the claim reads first: a decided slot costs them a read); the rest claim it only if all
+    contenders and watchers left the member list."""
     fleet_grace_ms: int = DEFAULT_FLEET_GRACE_MS
-    """How long after a slot an instance that is not one of its contenders waits before it
-    reads the slot and claims it if still undecided (at most half the job's max_late)."""
+    """How long after a slot its watchers wait before they claim it (the claim reads first;
+    at most half the job's max_late)."""
     fleet_refresh_ms: int = DEFAULT_FLEET_REFRESH_MS
     """How often the instance announces itself and reads the member list; it stays listed
     for three refreshes after its last heartbeat."""
@@ -111,6 +119,7 @@ _NAMES = (
     "fail_fast",
     "trigger_poll",
     "contenders",
+    "fleet_watchers",
     "fleet_grace",
     "fleet_refresh",
     *_DURATIONS,
@@ -185,8 +194,8 @@ def load_settings(
                     f"(every instance writes a heartbeat each refresh), got {value!r}"
                 )
             values[f"{key}_ms"] = ms
-        elif key == "contenders":
-            values[key] = _contenders(value, source)
+        elif key in ("contenders", "fleet_watchers"):
+            values[key] = _contenders(value, source, key)
         elif key == "health_port":
             values[key] = _port(value, source)
         elif key == "prefix":
@@ -217,7 +226,7 @@ def _flag(value: Any, key: str, source: str) -> bool:
     raise ConfigError(f"{key} (from {source}) must be true or false (1/0, yes/no), got {value!r}")
 
 
-def _contenders(value: Any, source: str) -> int:
+def _contenders(value: Any, source: str, key: str) -> int:
     text = str(value).strip().lower() if isinstance(value, (str, int)) else ""
     if isinstance(value, bool):
         text = ""
@@ -225,9 +234,14 @@ def _contenders(value: Any, source: str) -> int:
         return 0
     if text.isdigit() and int(text) <= MAX_CONTENDERS:
         return int(text)
+    meaning = (
+        "how many instances claim each slot; 0 or 'off': all of them"
+        if key == "contenders"
+        else "how many instances claim each slot a grace late; 0 or 'off': none"
+    )
     raise ConfigError(
-        f"contenders (from {source}) must be a whole number 0-{MAX_CONTENDERS} (how many "
-        f"instances claim each slot; 0 or 'off': all of them), got {value!r}"
+        f"{key} (from {source}) must be a whole number 0-{MAX_CONTENDERS} ({meaning}), got "
+        f"{value!r}"
     )
 
 
