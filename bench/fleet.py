@@ -16,6 +16,11 @@ Fallback modes of the non-contenders after the grace:
   answers lost/running without a write; NATS publishes a duplicate and reads it back).
 - ``live``: each re-reads the member list and falls back only for jobs whose k contenders have
   all left it (the benchmark's dead instances, as if their heartbeat TTL had run out by then).
+- ``tiers``: what the runtime does (`anarchon._runtime.fleet`): the k contenders claim at the
+  slot, the next `WATCHERS` in the ranking (the watchers) claim after the grace in one
+  ``claim_many``, and the rest claim only jobs whose contenders and watchers all left the list.
+  In the kill phase the watchers decide the dead contenders' slots, as a killed instance stays
+  listed until its ttl runs out.
 
 ``python -m bench --only fleet`` runs this phase alone (``--only fleet,redis`` one backend).
 """
@@ -72,6 +77,7 @@ MODES = (
     ("k2-batch", 2, "batch"),
     ("k2-live", 2, "live"),
     ("k2-w1", 2, "tiers"),
+    ("k1-w1", 1, "tiers"),
 )
 """(name, k (None: k = N, today's behaviour), fallback)."""
 WATCHERS = 1

@@ -16,7 +16,7 @@ __all__ = ["fleet_markdown", "fleet_verdicts", "plot_fleet", "print_fleet"]
 CPU_TARGET = 1.5
 DECIDE_TARGET_S = {"redis/lease": 1.0, "redis/idmp": 1.0, "postgres": 1.0, "nats": 2.0}
 BIG_N, BIG_J = 128, 10_000
-MODE_NAMES = ("everyone", "k2-check", "k2-batch", "k2-live", "k2-w1")
+MODE_NAMES = ("everyone", "k2-check", "k2-batch", "k2-live", "k2-w1", "k1-w1")
 
 
 def _row(t: dict[str, Any], mode: str, n: int, jobs: int, kill: bool = False) -> Any:
@@ -36,7 +36,7 @@ def fleet_verdicts(fleet: dict[str, Any]) -> list[dict[str, Any]]:
     for t in fleet["targets"]:
         name = t["target"]
         one = _row(t, "everyone", 1, BIG_J)
-        for mode in ("k2-w1", "k2-live", "k2-batch", "k2-check", "everyone"):
+        for mode in ("k1-w1", "k2-w1", "k2-live", "k2-batch", "k2-check", "everyone"):
             big = _row(t, mode, BIG_N, BIG_J)
             if name in ("redis/lease", "postgres") and one and big:
                 ratio = big["cpu_us_per_run"] / max(one["cpu_us_per_run"], 1e-9)
@@ -128,7 +128,7 @@ def plot_fleet(fleet: dict[str, Any], folder: Path, plt: Any) -> list[Path]:
     for key, label, file in metrics:
         fig, axes = plt.subplots(1, len(targets), figsize=(3.6 * len(targets), 3.6), squeeze=False)
         for ax, t in zip(axes[0], targets, strict=True):
-            for mode, color in zip(MODE_NAMES, ("C3", "C1", "C0", "C2", "C4"), strict=True):
+            for mode, color in zip(MODE_NAMES, ("C3", "C1", "C0", "C2", "C4", "C5"), strict=True):
                 for jobs, style in ((1_000, "-"), (10_000, "--")):
                     rows = sorted(
                         (r for r in t["rows"] if r["mode"] == mode and r["jobs"] == jobs

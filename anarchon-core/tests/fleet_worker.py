@@ -58,6 +58,7 @@ scheduler = anarchon.Scheduler(
     config["store"],
     instance=f"pid-{os.getpid()}",
     grace=config["grace"],
+    fleet_refresh=config.get("fleet_refresh"),
     environ={},
 )
 

@@ -21,7 +21,7 @@ from anarchon_test_support import eventually
 
 
 def scheduler(store: MemoryStore, name: str, **kwargs: object) -> Scheduler:
-    """A scheduler with the fleet on (`contenders=2`, the opt-in) unless `kwargs` say."""
+    """A scheduler with the fleet on (`contenders=2`, the default) unless `kwargs` say."""
     kwargs.setdefault("contenders", 2)
     return Scheduler(store, instance=name, environ={}, **kwargs)  # type: ignore[arg-type]
 
@@ -71,20 +71,30 @@ async def test_M1_a_bad_ttl_is_a_config_error() -> None:
 # -- settings ----------------------------------------------------------------------------------
 def test_fleet_settings_defaults_and_errors() -> None:
     settings = load_settings({}, environ={})
-    assert (settings.contenders, settings.fleet_grace_ms, settings.fleet_refresh_ms) == (
-        0,
-        1_000,
-        5_000,
+    fleet = (
+        settings.contenders,
+        settings.fleet_watchers,
+        settings.fleet_grace_ms,
+        settings.fleet_refresh_ms,
     )
-    env = {"ANARCHON_CONTENDERS": "off", "ANARCHON_FLEET_GRACE": "3s"}
+    assert fleet == (2, 1, 500, 5_000)
+    env = {
+        "ANARCHON_CONTENDERS": "off",
+        "ANARCHON_FLEET_GRACE": "3s",
+        "ANARCHON_FLEET_WATCHERS": "3",
+    }
     settings = load_settings({"fleet_refresh": "1s"}, environ=env)
-    assert (settings.contenders, settings.fleet_grace_ms, settings.fleet_refresh_ms) == (
-        0,
-        3_000,
-        1_000,
+    fleet = (
+        settings.contenders,
+        settings.fleet_watchers,
+        settings.fleet_grace_ms,
+        settings.fleet_refresh_ms,
     )
+    assert fleet == (0, 3, 3_000, 1_000)
     with pytest.raises(ConfigError, match=r"contenders \(from code\) must be a whole number"):
         load_settings({"contenders": -1}, environ={})
+    with pytest.raises(ConfigError, match=r"fleet_watchers \(from environment variable .*none"):
+        load_settings({}, environ={"ANARCHON_FLEET_WATCHERS": "many"})
     with pytest.raises(ConfigError, match=r"fleet_refresh .* at least 100 ms"):
         load_settings({"fleet_refresh": "10ms"}, environ={})
 
@@ -92,8 +102,8 @@ def test_fleet_settings_defaults_and_errors() -> None:
 def test_no_fleet_when_turned_off_or_the_store_keeps_no_members() -> None:
     assert scheduler(MemoryStore.create(), "a").fleet is not None
     assert scheduler(MemoryStore.create(), "a", contenders=0).fleet is None
-    off_by_default = Scheduler(MemoryStore.create(), instance="a", environ={})
-    assert off_by_default.fleet is None
+    on_by_default = Scheduler(MemoryStore.create(), instance="a", environ={}).fleet
+    assert on_by_default is not None and (on_by_default.k, on_by_default.w) == (2, 1)
 
 
 # -- roles -------------------------------------------------------------------------------------

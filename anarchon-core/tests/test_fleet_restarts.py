@@ -8,6 +8,7 @@ and no slot ran twice, except the next attempt of a run taken over after a SIGTE
 which started only after the earlier attempt ended or was killed, with a larger fencing token.
 
 The job: ``* * * * * *``, max_late 3 s, lease 3 s (5 s for the SIGTERM handover), heartbeat 0.5 s.
+The fleet runs with its defaults (two contenders, one watcher) and a 0.5 s member refresh.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Fleet:
             "max_late": f"{MAX_LATE_S}s",
             "grace": "500ms",
             "catch_up": "latest",
+            # The fleet is on (contenders=2, one watcher): a killed member stays listed for
+            # three refreshes, during which the slots it ranked first for wait for their
+            # watcher's grace. Refreshing every 0.5 s keeps that window shorter than a round.
+            "fleet_refresh": "500ms",
             "long_s": 60,
             **config,
         }

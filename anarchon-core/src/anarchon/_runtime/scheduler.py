@@ -63,11 +63,13 @@ class Scheduler:
     starts within about one poll.
 
     On a store with a member list (`Capabilities.membership`; DESIGN section 12), instances
-    announce themselves every fleet_refresh (``ANARCHON_FLEET_REFRESH``, default 5 s) and only
-    `contenders` of them (``ANARCHON_CONTENDERS``, default 2; 0 or ``off``: all) claim each
-    (job, slot) at its slot; the others wait fleet_grace (``ANARCHON_FLEET_GRACE``, default
-    1 s, at most half a job's max_late), then read the slot and claim it only if it is still
-    undecided. See the docs' "Fleet" page.
+    announce themselves every fleet_refresh (``ANARCHON_FLEET_REFRESH``, default 5 s) with the
+    fingerprint of their jobs, and among those with the same jobs only `contenders`
+    (``ANARCHON_CONTENDERS``, default 2; 0 or ``off``: all instances, no member list) claim each
+    (job, slot) at its slot; `fleet_watchers` more (``ANARCHON_FLEET_WATCHERS``, default 1)
+    claim it fleet_grace later (``ANARCHON_FLEET_GRACE``, default 500 ms, at most half a job's
+    max_late; the claim reads first), and the rest only if all of those left the list. See the
+    docs' "Fleet" page.
     """
 
     def __init__(

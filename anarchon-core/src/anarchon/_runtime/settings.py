@@ -36,17 +36,17 @@ __all__ = [
 ]
 
 DEFAULT_STORE = "sqlite:///anarchon.db"
-DEFAULT_CONTENDERS = 0
-"""Off by default: every instance claims every slot. The fleet benchmark (docs/benchmarks.md,
-section 6) measured that the grace fallback, one read per job a non-contender did not contend,
-costs the store more than every instance claiming in one batch; until the fallback reads less,
-`contenders=2` is an opt-in (with it, one contender may die at the slot and the other still
-decides it at once)."""
+DEFAULT_CONTENDERS = 2
+"""Two instances claim each (job, slot) at its slot: one may die at the slot and the other still
+decides it at once. With one watcher and the rest silent, the store's load per run stays flat
+as the fleet grows (docs/benchmarks.md, section 6); a fleet of up to three instances claims as
+before the fleet existed."""
 MAX_CONTENDERS = 1_000
-DEFAULT_FLEET_GRACE_MS = 1_000
-"""A slot's contenders decide it within a claim round trip (milliseconds; a batch of thousands
-of jobs well under a second) plus the small clock differences between instances (T2); one
-second covers both, and is what a slot waits when all its contenders died."""
+DEFAULT_FLEET_GRACE_MS = 500
+"""A slot's contenders decide it within a claim round trip (milliseconds) plus the small clock
+differences between instances (T2); half a second covers both for batches of hundreds of jobs,
+and is what a slot waits when its contenders died. A watcher that claims before a slow batch of
+its contenders is answered costs one more claim, never a second winner."""
 DEFAULT_FLEET_REFRESH_MS = 5_000
 DEFAULT_FLEET_WATCHERS = 1
 """One watcher per (job, slot) claims a grace after the slot: the slot of a contender that died

@@ -66,9 +66,10 @@ def anarchon_fleet_slot(
     store: str, instance: str, job: str, slot: int, role: str, won: bool
 ) -> None:
     """This instance's part in a (job, slot) on a store with a member list (DESIGN section 12):
-    `role` is ``contender`` (it claimed at the slot), ``fallback`` (not a contender, it found
-    the slot undecided after the grace and decided it) or ``silent`` (not a contender, the slot
-    was decided when it read it). `won`: it won the run."""
+    `role` is ``contender`` (it claimed at the slot), ``fallback`` (not a contender: as the
+    slot's watcher, or silent after its contenders and watcher left, it claimed the slot later,
+    found it undecided and decided it) or ``silent`` (it claimed later and found the slot
+    decided). `won`: it won the run."""
 
 
 @hookspec
