@@ -1,6 +1,15 @@
 """Redis Cluster and Sentinel with their primary killed: the local topologies of anarchon-redis's
 tests (``redis_topologies.py``: a cluster of 3 primaries + 3 replicas; a primary, a replica and 3
-sentinels), asynchronous replication as shipped (option ``async``).
+sentinels), asynchronous replication as shipped (option ``async``); the cluster also with
+``wait-replicas`` (``wait_replicas=1&wait_timeout=100ms``: a claim is ``won`` only once the
+replica of the node that took it acknowledged it, `anarchon_redis._durability`).
+
+On loopback a replica receives each write within microseconds, so a plain kill of the primary
+loses almost nothing. The cluster's faults therefore first cut the replica off: it is stopped
+(SIGSTOP) and the primary drops its replication link (``CLIENT KILL TYPE replica``), so the
+writes of the next `CUT_OFF_S` stay in the primary's backlog; then the primary is killed and the
+replica continued (SIGCONT). What it had received before the cut it keeps; what the primary
+answered during the cut is lost with the primary, as in a network partition.
 
 Each fault kills (SIGKILL) the primary that holds the race's job, waits until its replica is
 promoted (cluster failover after ``cluster-node-timeout`` 1 s; Sentinel after
@@ -12,6 +21,8 @@ what the duplicate-winner count measures."""
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -23,6 +34,8 @@ import redis
 __all__ = ["RedisClusterFailover", "RedisSentinelFailover"]
 
 PREFIX = "chaos"
+CUT_OFF_S = 0.2
+"""How long the cluster's primary answers claims with its replica cut off before it dies."""
 
 
 def _topologies() -> Any:
@@ -54,7 +67,7 @@ def _wait(what: str, check: Any, seconds: float = 30) -> None:
 
 
 class RedisClusterFailover:
-    OPTIONS = ("async",)
+    OPTIONS = ("async", "wait-replicas")
 
     def __init__(self, option: str) -> None:
         if option not in self.OPTIONS:
@@ -72,7 +85,18 @@ class RedisClusterFailover:
 
     @property
     def options(self) -> Mapping[str, Any]:
+        if self.option == "wait-replicas":
+            return {"wait_replicas": 1, "wait_timeout": "100ms"}
         return {}
+
+    def _replica_of(self, port: int) -> Any:
+        """The server replicating the primary on `port`."""
+        client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+        try:
+            info: Any = client.info("replication")
+        finally:
+            client.close()
+        return self.cluster.server(int(info["slave0"]["port"]))
 
     def _job_primary(self) -> int:
         """The live primary holding the race's job (``{chaos:chaos-<n>}``, not the probe's)."""
@@ -89,8 +113,19 @@ class RedisClusterFailover:
     def fault(self, round: int) -> str:
         port = self._job_primary()
         server = self.cluster.server(port)
-        server.process.kill()
-        server.process.wait()
+        replica = self._replica_of(port)
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            primary = redis.Redis(host="127.0.0.1", port=port)
+            try:
+                primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            finally:
+                primary.close()
+            time.sleep(CUT_OFF_S)  # the primary answers claims its replica never gets
+            server.process.kill()
+            server.process.wait()
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
         _wait(
             "a replica promoted",
             lambda: len(self.cluster.primaries()) == 3 and port not in self.cluster.primaries(),
@@ -102,7 +137,10 @@ class RedisClusterFailover:
         )
         _wait("cluster_state:ok", self.cluster.healthy)
         _wait("the restarted node in sync as a replica", self.cluster.synced)
-        return f"kill -9 the job's primary (:{port}); its replica promoted; restarted as a replica"
+        return (
+            f"cut the replica (:{replica.port}) off the job's primary (:{port}) for "
+            f"{CUT_OFF_S} s, kill -9 the primary; its replica promoted; restarted as a replica"
+        )
 
     def stop(self) -> None:
         if self.cluster is not None:
