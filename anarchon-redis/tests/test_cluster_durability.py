@@ -11,6 +11,7 @@ The conformance kit certifies the cluster store with waits on (`test_topologies`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -35,7 +36,7 @@ from anarchon.backend import StoreUnavailable
 from anarchon_redis import RedisStore
 
 from .redis_servers import PrivateServer
-from .redis_topologies import LocalCluster
+from .redis_topologies import NODE_TIMEOUT_MS, LocalCluster, _spawn, start_cluster
 from .test_topologies import cluster
 
 STRATEGIES = ["lease", "stream-id", "script"]
@@ -201,3 +202,96 @@ async def test_wait_aof_is_checked_on_every_primary() -> None:
         pytest.skip(f"this cluster's Redis {info['redis_version']} has WAITAOF")
     with pytest.raises(ConfigError, match=r"Redis Cluster .*, primary 127\.0\.0\.1:\d+: .*WAITAOF"):
         await anarchon.connect(local.seed_url, wait_aof=True)
+
+
+@pytest.mark.slow
+async def test_a_primary_restarted_before_its_failover_takes_its_replica_back() -> None:
+    """What ``WAIT`` cannot prevent (docs/durability.md, Redis Cluster): a primary killed and
+    started again *before* the cluster fails it over still owns its slots (no election ran, its
+    config epoch is still the newest), comes back as their primary with the data of the
+    ``dump.rdb`` in its folder (here saved before the claim; in the failover harness, the RDB its
+    last full sync as a replica left), and its replica, which had acknowledged the claim,
+    resynchronises from it and drops the claim: another instance then wins the run. The chaos
+    harness used to restart a killed primary this early now and then (its check for the
+    promotion read two snapshots, and passed when the first still listed the killed node
+    healthy and the second already flagged it); it now waits until every node sees the replica
+    promoted."""
+    local = start_cluster()
+    prefix = "r" + new_token()[:12]
+    job = "restarted"
+    store = await anarchon.connect(local.seed_url, prefix=prefix, **WAIT)
+    other = await anarchon.connect(local.seed_url, prefix=prefix, **WAIT)
+    try:
+        client = RedisCluster(host="127.0.0.1", port=local.primaries()[0])
+        try:
+            port = int(client.get_node_from_key(f"{{{prefix}:{job}}}").port)
+        finally:
+            client.close()
+        primary = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+        epochs = _epochs(port)
+        assert primary.execute_command("SAVE")  # an older state in the node's folder
+        primary.close()
+        replica = _replica_of(local, port)
+        now = await store.now_ms()
+        slot = now - now % 1000
+        assert (await store.claim(_request(job, slot))).won  # confirmed: the replica has it
+        server = local.server(port)
+        server.process.kill()
+        server.process.wait()
+        again = _spawn(
+            server.binary,
+            port,
+            server.directory,
+            *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+            *("--cluster-node-timeout", str(NODE_TIMEOUT_MS)),
+        )
+        server.process = again.process
+        deadline = time.monotonic() + 60
+        while not _replicates(replica.port, port):
+            assert time.monotonic() < deadline, "the replica did not resync from the restarted node"
+            await asyncio.sleep(0.1)
+        assert _epochs(port) == epochs  # no failover: the restarted node kept its slots
+        while True:  # its connection to the killed node is gone: resent until answered
+            try:
+                second = await _resent(other, _request(job, slot, instance="cluster:2:bb"))
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        assert second.won, second  # the confirmed claim is gone: a second winner
+    finally:
+        await store.close()
+        await other.close()
+        local.stop()
+
+
+def _epochs(port: int) -> dict[str, str]:
+    """Each node's config epoch as the node on `port` sees it."""
+    client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+    try:
+        nodes: Any = client.execute_command("CLUSTER NODES")
+    finally:
+        client.close()
+    return {node["node_id"]: node["epoch"] for node in nodes.values()}
+
+
+def _replicates(replica: int, primary: int) -> bool:
+    """The node on `replica` replicates the node on `primary` as it runs now: linked to it and
+    on its replication id (a restarted node has a new one, so an old link does not count)."""
+    infos: list[Any] = []
+    for port in (replica, primary):
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+        try:
+            infos.append(client.info("replication"))
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
+    theirs, ours = infos
+    return bool(
+        theirs.get("role") == "slave"
+        and int(theirs.get("master_port", 0)) == primary
+        and theirs.get("master_link_status") == "up"
+        and ours.get("role") == "master"
+        and theirs.get("master_replid") == ours.get("master_replid")
+    )
