@@ -3,10 +3,11 @@ conformance kit on each topology, and a primary killed under a claimed run.
 
 The topologies are the module's own (`redis_topologies`): a cluster of 3 primaries + 3 replicas
 and a primary + replica + 3 sentinels, started once on first use and stopped at exit. CI
-certifies ``strategy=lease`` on the cluster (without the kit's two longest checks, the stateful
-model and C1 across OS processes) and kills a primary on each topology;
+certifies ``strategy=lease`` on the cluster, with and without ``wait_replicas=1`` (without the
+kit's two longest checks, the stateful model and C1 across OS processes) and kills a primary on each topology;
 ``ANARCHON_TEST_ALL_TOPOLOGIES=1`` (``nox -s redis_topologies``) runs every check and certifies
-``lease`` and ``script`` through Sentinel and ``script`` and ``stream-id`` on the cluster too.
+``lease`` and ``script`` through Sentinel and ``script`` and ``stream-id`` on the cluster too
+(each also with ``wait_replicas=1``).
 """
 
 from __future__ import annotations
@@ -142,6 +143,34 @@ class ClusterStreamId(TopologyHarness):
     claims_in_slot_order = True
 
 
+class ClusterLeaseWait(ClusterLease):
+    """The cluster with durability options: every claim and lease call confirmed by ``WAIT``
+    on the node that took it (`anarchon_redis._durability`)."""
+
+    options: ClassVar[dict[str, Any]] = {"wait_replicas": 1, "wait_timeout": "1s"}
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "redis-cluster-lease-wait_replicas"
+
+
+class ClusterScriptWait(ClusterLeaseWait):
+    strategy = "script"
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "redis-cluster-script-wait_replicas"
+
+
+class ClusterStreamIdWait(ClusterLeaseWait):
+    strategy = "stream-id"
+    claims_in_slot_order = True
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "redis-cluster-stream-id-wait_replicas"
+
+
 class SentinelLease(TopologyHarness):
     topology = "sentinel"
     strategy = "lease"
@@ -159,7 +188,20 @@ class TestClusterLeaseConformance(ConformanceSuite):
         test_C1_single_winner_processes = None
 
 
-if ALL:  # nox -s redis_topologies; CI certifies lease on the cluster only
+class TestClusterLeaseWaitConformance(ConformanceSuite):
+    harness_class = ClusterLeaseWait
+    if not ALL:
+        test_MODEL_agrees_with_the_memory_reference = None
+        test_C1_single_winner_processes = None
+
+
+if ALL:  # nox -s redis_topologies; CI certifies lease on the cluster only (with and without waits)
+
+    class TestClusterScriptWaitConformance(ConformanceSuite):
+        harness_class = ClusterScriptWait
+
+    class TestClusterStreamIdWaitConformance(ConformanceSuite):
+        harness_class = ClusterStreamIdWait
 
     class TestClusterScriptConformance(ConformanceSuite):
         harness_class = ClusterScript

@@ -21,7 +21,7 @@ from anarchon.backend import StoreURL
 from anarchon.plugins import plugin_manager
 
 from ._client import ping, server_now_ms, translated
-from ._durability import Confirm, check_server, confirm_for
+from ._durability import Confirm, check_cluster, check_server, confirm_for
 from ._options import RedisOptions
 from ._server import ServerWatch, judge, log, read_persistence
 from ._topology import MAX_CONNECTIONS, Topology, make_client
@@ -178,6 +178,9 @@ class Link:
                     # A cluster has one run id and one persistence setting per node: not
                     # checked (documented); its nodes' failovers are the cluster's own.
                     await self._check_server(client)
+                elif not read_only and self.options.waits:
+                    for text in await check_cluster(client, self.url, self.options):
+                        log.warning("%s", text, extra={"store": str(self.url)})
             self.read_only = read_only
         except BaseException:
             self._client = None

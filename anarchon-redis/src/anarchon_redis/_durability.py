@@ -16,6 +16,12 @@ run nothing. Renew, finish and release raise `StoreUnavailable` when not confirm
 runtime resends finish and release with the same token (C2), and a renew that is not confirmed
 counts as failed, so the runner fences itself (F1) by the last lease the replicas hold.
 
+In a Redis Cluster each job's keys (its ack key too) share one hash slot, so the commands go to
+the node that serves the job, on the connection that carried the claim (one ``WAIT`` per node
+for a batch: `anarchon_redis._strategies.scripted`), and ``WAIT`` counts that node's replicas.
+A redirect (``MOVED``, ``TRYAGAIN``, ``CLUSTERDOWN``) answering the ack write means the slot left
+the node meanwhile: the write is not confirmed.
+
 ``WAIT`` is not consensus: with two replicas and ``wait_replicas=1``, the replica that was
 promoted may be the one that had not acknowledged. Only ``wait_replicas`` equal to the number
 of replicas that a failover may promote closes that (see docs/backends/redis.md).
@@ -33,7 +39,11 @@ from anarchon.backend import Claim, ConfigError, Outcome, StoreUnavailable, Stor
 from . import _wire as wire
 from ._options import RedisOptions
 
-__all__ = ["Confirm", "confirm_for"]
+__all__ = ["Confirm", "check_cluster", "check_server", "confirm_for"]
+
+REDIRECTS = (rex.AskError, rex.TryAgainError, rex.ClusterDownError)
+"""Cluster answers to the ack write that mean another node serves the slot now (MOVED is an
+`AskError`)."""
 
 ACK_PX = "1000"
 """How long an ack key lives (ms): it only has to reach the replication stream."""
@@ -75,6 +85,9 @@ class Confirm:
         reply (``WAITAOF`` with the AOF turned off since open) is raised."""
         ack, waited = replies
         for reply in (ack, waited):
+            if isinstance(reply, REDIRECTS):
+                self.unconfirmed += 1
+                return f"the node no longer serves the job's hash slot ({str(reply)[:80]})"
             if isinstance(reply, rex.ResponseError):
                 raise _refused(url, reply)
         if self.aof:
@@ -160,6 +173,37 @@ async def check_server(client: Any, url: StoreURL, options: RedisOptions) -> lis
             "until enough connect, every claim answers unknown (nobody runs the job)"
         )
     return warnings
+
+
+class _Node:
+    """One node of a cluster client, with the few commands `check_server` sends."""
+
+    def __init__(self, cluster: Any, node: Any) -> None:
+        self.cluster, self.node = cluster, node
+
+    async def info(self, section: str) -> Any:
+        return await self.cluster.info(section, target_nodes=self.node)
+
+    async def execute_command(self, *words: str) -> Any:
+        return await self.cluster.execute_command(*words, target_nodes=self.node)
+
+    async def config_get(self, name: str) -> Any:
+        return await self.cluster.config_get(name, target_nodes=self.node)
+
+
+async def check_cluster(cluster: Any, url: StoreURL, options: RedisOptions) -> list[str]:
+    """`check_server` on every primary of a cluster: each node confirms the writes of the jobs
+    it serves, so each must be able to wait as asked. Errors and warnings name the node."""
+    warnings: list[tuple[Any, str]] = []
+    for node in cluster.get_primaries():
+        where = StoreURL.parse(f"redis://{node.name}")
+        try:
+            warnings += [
+                (node, text) for text in await check_server(_Node(cluster, node), where, options)
+            ]
+        except ConfigError as exc:
+            raise ConfigError(f"Redis Cluster {url}, primary {node.name}: {exc}") from None
+    return [f"Redis Cluster {url}, primary {node.name}: {text}" for node, text in warnings]
 
 
 async def _appendonly(client: Any) -> bool | None:

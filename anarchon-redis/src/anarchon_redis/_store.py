@@ -93,11 +93,13 @@ class RedisStore(ClaimStore, Membership):
                 f"Redis URL {url}: sentinel_username and sentinel_password apply only to "
                 "redis+sentinel:// URLs: remove them"
             )
-        if topology.kind == "cluster" and options.waits:
+        if topology.kind == "cluster" and options.waits and options.strategy == "idmp":
             raise ConfigError(
-                f"Redis URL {url}: wait_replicas and wait_aof are not offered on Redis Cluster "
-                "yet (each node would need its own confirmation of every batch and lease call): "
-                "remove them, or use a primary with replicas (redis:// or redis+sentinel://)"
+                f"Redis URL {url}: wait_replicas and wait_aof are not offered with strategy=idmp "
+                "on Redis Cluster: idmp is not certified on a cluster (it needs Redis 8.6, and "
+                "its per-job stream settings are written outside the claim), so nothing says "
+                "its confirmed claims hold there. Use strategy=lease, script or stream-id, or "
+                "a primary with replicas (redis:// or redis+sentinel://)"
             )
         self.url = url
         self.options: RedisOptions = options

@@ -144,7 +144,10 @@ class LeaseStrategy(ScriptedStrategy):
             run = run_from_value(raw, request.job, request.slot, keys.runs)
             if run.status.finished or (run.lease_until is not None and run.lease_until >= now):
                 claim, _ = decide_claim(run, request, now, floor=None, other_live=lambda: None)
-                return claim
+                # With durability options a `won` read here (the caller's own run, L2) is not
+                # known to be on a replica: the claim script below says so with its WAIT (C3).
+                if not (claim.won and link.confirm is not None):
+                    return claim
         return await self.claim(link, request)
 
     async def _update(self, link: Link, job: str, args: list[Any]) -> bool:
@@ -159,14 +162,19 @@ class LeaseStrategy(ScriptedStrategy):
         packed = command(["EVALSHA", LEASE.sha, str(len(names)), *names, *map(str, args)])
         whole = packed + confirm.packed(keys.ack)
 
-        async def confirmed() -> tuple[Any, str | None]:
-            replies = await call_many(client.connection_pool, whole, 1 + confirm.count)
+        async def send(pool: wire.Pool) -> tuple[Any, str | None]:
+            replies = await call_many(pool, whole, 1 + confirm.count)
             if Script.missing(replies[0]):
                 await LEASE.load(client, self.functions)
-                replies = await call_many(client.connection_pool, whole, 1 + confirm.count)
+                replies = await call_many(pool, whole, 1 + confirm.count)
             if isinstance(replies[0], Exception):
-                raise replies[0]
+                raise replies[0]  # MOVED: `routed` sends it again to the slot's new node
             return replies[0], confirm.shortfall(link.url, replies[1:])
+
+        async def confirmed() -> tuple[Any, str | None]:
+            if link.topology.kind == "cluster":  # WAIT on the node that took the write
+                return await link.routed(keys.tag, send)
+            return await send(client.connection_pool)
 
         reply, shortfall = await guarded(client, link.url, keys, names, confirmed)
         done = bool(reply == 1)

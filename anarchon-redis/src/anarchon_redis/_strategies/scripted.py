@@ -231,10 +231,16 @@ class ScriptedStrategy(Strategy):
         one after another on one connection per node, to all nodes at once. Jobs answered MOVED
         (a failover moved their slot; the call did not run) are sent once more after the slot
         map is read again. A lost connection fails the batch (`StoreUnavailable`): the
-        scheduler resends it with the same tokens (C2)."""
+        scheduler resends it with the same tokens (C2).
+
+        With durability options each node's calls are followed by the ack write and ``WAIT``
+        on the same connection (the ack key of the group's first job, served by that node), and
+        a ``won`` stands only where its own node's ``WAIT`` confirmed."""
         done: dict[int, T] = {}
         failed: list[tuple[str, Exception]] = []
         moved: list[int] = []
+        confirm = link.confirm
+        shortfalls: dict[int, str | None] = {}
 
         async def one(pool: wire.Pool, chosen: list[int], retry: bool) -> None:
             def take(k: int, reply: Any) -> None:
@@ -255,10 +261,19 @@ class ScriptedStrategy(Strategy):
                         failed.append((request.job, exc))
 
             calls = (self._call_one(script, option, requests[i]) for i in chosen)
+            ack = self.keys(requests[chosen[0]].job).ack
+            tail = () if confirm is None else confirm.commands(ack)
             try:
-                await script.send(link.client, calls, take, self.functions, pool=pool)
+                waited = await script.send(
+                    link.client, calls, take, self.functions, pool=pool, tail=tail
+                )
+                if confirm is not None:
+                    shortfall = confirm.shortfall(link.url, waited)
+                    shortfalls.update(dict.fromkeys(chosen, shortfall))
             except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
                 await link.stale()
+                failed.append((requests[chosen[0]].job, exc))
+            except (rex.ResponseError, AnarchonError) as exc:  # WAITAOF refused
                 failed.append((requests[chosen[0]].job, exc))
 
         pending = list(range(len(requests)))
@@ -273,4 +288,9 @@ class ScriptedStrategy(Strategy):
             pending, moved[:] = sorted(moved), []
         if failed:
             await self._refuse(link, *failed[0])
-        return [done[i] for i in range(len(requests))]
+        if confirm is None:
+            return [done[i] for i in range(len(requests))]
+        return [
+            confirm.claim(claim, shortfalls[i]) if isinstance(claim, Claim) else claim  # type: ignore[misc]
+            for i, claim in ((i, done[i]) for i in range(len(requests)))
+        ]
