@@ -1,16 +1,24 @@
-"""``python -m bench.chaos TOPOLOGY [--option NAME] [--profile short|long] [--out PATH]``.
+"""``python -m bench.chaos TOPOLOGY [--option NAME] [--profile short|long] [--jobs N] [--out PATH]``
+(and ``--faults N``, ``--claims N``).
 
 Runs the failover harness on one topology and option (``--option all``: each in turn), prints
 each tally as JSON, and writes them to ``--out`` (default: nothing written). ``TOPOLOGY`` ``all``
 runs every topology with every option, and ``--out`` is then a folder: one ``NAME.json`` each
-(``nox -s chaos`` runs ``all --profile long --out bench/results/chaos``)."""
+(``nox -s chaos`` runs ``all --profile long --out bench/results/chaos``). ``--jobs N`` runs N
+races at once, each on its own job (`Profile.jobs`; the long profile's default is the
+topology's ``LONG_JOBS``, 1 unless it says otherwise); ``--faults N`` and ``--claims N`` change
+the profile's minimums."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
+import signal
+from collections.abc import Mapping
 from pathlib import Path
+
+import attrs
 
 from .harness import PROFILES, run_chaos
 from .topologies import TOPOLOGIES
@@ -21,24 +29,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("topology", choices=[*sorted(TOPOLOGIES), "all"])
     parser.add_argument("--option", default=None, help="the topology's option, or 'all'")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="independent races at once, each on its own job (default: the profile's, 1)",
+    )
+    parser.add_argument("--faults", type=int, default=None, help="at least N faults")
+    parser.add_argument("--claims", type=int, default=None, help="at least N answers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    changes = {"jobs": args.jobs, "faults": args.faults, "claims": args.claims}
+    changes = {name: value for name, value in changes.items() if value is not None}
+    # SIGTERM (and SIGINT, which a shell ignores in a background job) stops the run through its
+    # `finally`, which stops the topology's servers, rather than leaving them behind.
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
     if args.topology != "all":
-        run_topology(args.topology, args.option, args.profile, args.out)
+        run_topology(args.topology, args.option, args.profile, args.out, changes)
         return 0
     for name in sorted(TOPOLOGIES):
         out = None if args.out is None else args.out / f"{name}.json"
-        run_topology(name, "all", args.profile, out)
+        run_topology(name, "all", args.profile, out, changes)
     return 0
 
 
-def run_topology(name: str, option: str | None, profile: str, out: Path | None) -> None:
+def _exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run_topology(
+    name: str,
+    option: str | None,
+    profile: str,
+    out: Path | None,
+    changes: Mapping[str, int] | None = None,
+) -> None:
+    """Run `profile` on topology `name`, with `changes` to its `Profile` fields (``jobs``,
+    ``faults``, ``claims``: the options of the same names). Without ``jobs``, the long profile
+    runs as many races at once as the topology's ``LONG_JOBS`` says (PostgreSQL: 16), else one."""
     options, make = TOPOLOGIES[name]
     chosen = list(options) if option == "all" else [option or options[0]]
     tallies = []
     for one in chosen:
+        topology = make(one)
+        fields = dict(changes or {})
+        if profile == "long":
+            fields.setdefault("jobs", getattr(topology, "LONG_JOBS", 1))
+        race = attrs.evolve(PROFILES[profile], **fields)
         command = ["python", "-m", "bench.chaos", name, "--option", one, "--profile", profile]
-        tally = run_chaos(make(one), PROFILES[profile], command=shlex.join(command))
+        for field, value in (changes or {}).items():
+            command += [f"--{field}", str(value)]
+        tally = run_chaos(topology, race, command=shlex.join(command))
         tallies.append(tally.as_json())
         print(json.dumps(tallies[-1], indent=2), flush=True)
     if out is not None:
