@@ -150,7 +150,7 @@ def plot_fleet(fleet: dict[str, Any], folder: Path, plt: Any) -> list[Path]:
             ax.set_xlabel("instances N")
             ax.grid(True, which="both", linewidth=0.3)
         axes[0][0].set_ylabel(label)
-        axes[0][-1].legend(fontsize=6)
+        axes[0][0].legend(fontsize=6)  # the first target runs every mode
         fig.tight_layout()
         path = folder / file
         fig.savefig(path, dpi=100)
