@@ -31,13 +31,15 @@ def test_fleet_quick_profile_counts_one_winner_per_job(tmp_path: Path) -> None:
     assert [t["target"] for t in fleet["targets"]] == ["sqlite"]
     rows = fleet["targets"][0]["rows"]
     modes = {r["mode"] for r in rows}
-    assert modes == {"everyone", "k2-check", "k2-batch", "k2-live"}
+    assert modes == {"everyone", "k2-check", "k2-batch", "k2-live", "k2-w1", "k1-w1"}
     for row in rows:
         assert (row["duplicates"], row["undecided"]) == (0, 0), row
     everyone = next(r for r in rows if r["mode"] == "everyone" and r["instances"] == 4)
     live = next(r for r in rows if r["mode"] == "k2-live" and not r["kill"])
     assert everyone["claims"] == 4 * everyone["jobs"]
     assert live["claims"] == 2 * live["jobs"]
+    tiers = next(r for r in rows if r["mode"] == "k2-w1" and not r["kill"])
+    assert tiers["claims"] == 3 * tiers["jobs"], "two contenders and one watcher per job"
     kills = [r for r in rows if r["kill"]]
     assert kills
     for row in kills:

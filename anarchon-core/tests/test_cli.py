@@ -4,6 +4,7 @@ tracebacks, `run` stopping gracefully on SIGTERM, and `demo` end to end (real pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -380,15 +381,43 @@ def test_demo_shows_one_winner_per_slot_and_a_takeover_after_kill_9(tmp_path: Pa
     assert time.monotonic() - started < 30
 
 
+@contextlib.contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Processes started inside get SIGINT's default action, as a command typed in a terminal
+    does, also when this test run ignores SIGINT: a shell without job control (a CI script,
+    `nohup`) starts its `&` jobs so, and an ignored signal stays ignored through exec, where
+    Python then installs no KeyboardInterrupt. A handled signal is reset to the default by exec,
+    so handling it here for a moment is enough."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ignored_signals(pid: int) -> set[int]:
+    """The signals process `pid` ignores, from /proc (empty where there is no /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    except OSError:
+        return set()
+    for line in status.splitlines():
+        if line.startswith("SigIgn:"):
+            mask = int(line.split()[1], 16)
+            return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+    return set()
+
+
 @pytest.mark.processes
 def test_demo_stops_its_instances_on_ctrl_c(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [*DEMO, "--instances", "2", "--duration", "60", "--db", str(tmp_path / "demo.db")],
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with sigint_as_in_a_terminal():
+        process = subprocess.Popen(
+            [*DEMO, "--instances", "2", "--duration", "60", "--db", str(tmp_path / "demo.db")],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         assert process.stdout is not None
         line = ""
@@ -397,6 +426,7 @@ def test_demo_stops_its_instances_on_ctrl_c(tmp_path: Path) -> None:
             line = process.stdout.readline()
         pids = [int(p) for p in re.findall(r"pid (\d+)", line)]
         assert len(pids) == 2, line
+        assert signal.SIGINT not in ignored_signals(process.pid), "it would not see the Ctrl-C"
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=20)
     finally:

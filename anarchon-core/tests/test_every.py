@@ -438,12 +438,14 @@ def test_three_processes_run_every_interval_slot_exactly_once(fleet: Fleet) -> N
     by_slot: dict[int, int] = dict(runs)
     for record in window:
         assert record.holder == f"pid-{by_slot[record.slot]}", (record, by_slot)
-    # And every process claimed each of them: the slots were computed alike, a race was run.
+    # And every process claimed each of them: the slots were computed alike, a race was run
+    # (the fleet's two contenders at the slot, its watcher half a second later; the stop may
+    # come before the last slot's watcher claims, so that slot is left out).
     claimants: dict[int, set[int]] = defaultdict(set)
     won: Counter[int] = Counter()
     for slot, outcome, pid in fleet.rows("SELECT slot, outcome, pid FROM claims"):
         claimants[slot].add(pid)
         won[slot] += outcome == "won"
-    for record in window:
+    for record in window[:-1]:
         assert len(claimants[record.slot]) == 3, (record.slot, claimants[record.slot])
         assert won[record.slot] == 1, (record.slot, won[record.slot])

@@ -265,20 +265,32 @@ def test_the_dashboard_lists_the_live_members() -> None:
     )
     assert [(m.name, m.claims, m.fallbacks, m.wins) for m in view.members] == [("web-<1>", 7, 1, 3)]
     environment: jinja2.Environment = _environment()
-    html = environment.get_template("content.html").render(
-        view=view,
-        problem=None,
-        store="memory://dash-members",
-        legend=(),
-        refresh_ms=2000,
-        refresh_s="2",
-        version="test",
-        control_on=False,
-        controls=None,
-        until_choices=(),
-        flash="",
-    )
+
+    def render(view: object) -> str:
+        return environment.get_template("content.html").render(
+            view=view,
+            problem=None,
+            store="memory://dash-members",
+            legend=(),
+            refresh_ms=2000,
+            refresh_s="2",
+            version="test",
+            control_on=False,
+            controls=None,
+            until_choices=(),
+            flash="",
+        )
+
+    html = render(view)
     assert "Live instances" in html and "web-&lt;1&gt;" in html
+    asyncio.run(store.leave("web-<1>"))
+    view = asyncio.run(
+        read_view(store, StoreURL.parse("memory://dash-members"), jobs=(), schedules={}, slots=5)
+    )
+    assert view.members == () and view.keeps_members
+    html = " ".join(render(view).split())
+    assert "No instance is in the member list now" in html
+    assert "On a store without a member list" not in html
 
 
 class DamagedMembers(MemoryStore):

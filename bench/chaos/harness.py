@@ -39,7 +39,11 @@ class Topology(Protocol):
     """Servers to break. `start` brings them up (free 127.0.0.1 ports, temp dirs); `url` and
     `options` are what the workers pass to `anarchon.create_store`; `fault` breaks something
     (kill the primary, restart a node, cut a link) and returns once the fault is injected and the
-    repair under way, saying what it did; `stop` stops every server, also after a failure."""
+    repair under way, saying what it did; `stop` stops every server, also after a failure.
+
+    Optional attributes, read with getattr: `server` (the servers' version, for the tally) and
+    `injected_ms` (the wall-clock ms at which the last `fault` broke something, when it first
+    waited for a healthy state: recovery is measured from then, not from the call)."""
 
     name: str
     option: str
@@ -121,12 +125,19 @@ class Tally:
     """Claims still ``unknown`` (or failing) after `Profile.give_up_ms` of resends."""
     forgotten: int
     """Decided slots a fresh claim won again after the run: the store forgot them."""
+    forgotten_unchecked: int
+    """Decided slots that check got no definite answer for (or did not reach in its time)."""
     outcomes: Mapping[str, int]
     faults: Sequence[str]
     recover_ms: Sequence[int]
     """Per fault: from its start to the first ``won`` answered after it."""
     seconds: float
     command: str
+    server: str | None = None
+    """The servers' version, where the topology says (its ``server`` attribute)."""
+    stopped_early: bool = False
+    """Fewer claims or faults than the profile asks: the run's time limit (``--max-minutes``)
+    ended it, or the workers reached their last slot."""
 
     def as_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -153,16 +164,19 @@ def worker_spec(
     }
 
 
-def run_chaos(topology: Topology, profile: Profile, command: str = "") -> Tally:
-    """Start `topology`, race `profile` on it while injecting faults, stop it, count."""
+def run_chaos(
+    topology: Topology, profile: Profile, command: str = "", max_seconds: float | None = None
+) -> Tally:
+    """Start `topology`, race `profile` on it while injecting faults (no new fault and the
+    workers told to stop once `max_seconds` have passed), stop it, count."""
     topology.start()
     try:
-        return _run(topology, profile, command)
+        return _run(topology, profile, command, max_seconds)
     finally:
         topology.stop()
 
 
-def _run(topology: Topology, profile: Profile, command: str) -> Tally:
+def _run(topology: Topology, profile: Profile, command: str, max_seconds: float | None) -> Tally:
     started = time.monotonic()
     job = f"chaos-{int(time.time())}"
     first_slot = (int(time.time()) - 86_400) * 1000
@@ -197,7 +211,8 @@ def _run(topology: Topology, profile: Profile, command: str) -> Tally:
                 assert proc.stdin is not None
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
-            faults = _inject_faults(topology, profile, procs, outs)
+            until = None if max_seconds is None else started + max_seconds
+            faults = _inject_faults(topology, profile, procs, outs, until)
             for proc in procs:
                 assert proc.stdin is not None
                 if proc.poll() is None:
@@ -215,23 +230,31 @@ def _run(topology: Topology, profile: Profile, command: str) -> Tally:
         answers = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     claimants = profile.processes * profile.tasks
     decided = _decided_slots(answers, claimants)
-    forgotten = asyncio.run(_forgotten(topology, job, profile.jobs, decided))
+    forgotten, unchecked = asyncio.run(_forgotten(topology, job, profile.jobs, decided))
     return tally(
         topology=topology,
         profile=profile,
         answers=answers,
         faults=faults,
         forgotten=forgotten,
+        forgotten_unchecked=unchecked,
         seconds=time.monotonic() - started,
         command=command,
+        server=getattr(topology, "server", None),
+        stopped_early=len(faults) < profile.faults or len(answers) < profile.claims,
     )
 
 
 def _inject_faults(
-    topology: Topology, profile: Profile, procs: Sequence[Popen[str]], outs: Sequence[Path]
+    topology: Topology,
+    profile: Profile,
+    procs: Sequence[Popen[str]],
+    outs: Sequence[Path],
+    until: float | None = None,
 ) -> list[Fault]:
-    """A fault every `fault_every_s` until the profile's faults and claims are reached (or the
-    workers are done); each waits for a probe claim to be decided again before the next pause."""
+    """A fault every `fault_every_s` until the profile's faults and claims are reached, the
+    workers are done, or the monotonic clock passes `until`; each waits for a probe claim to be
+    decided again before the next pause."""
     faults: list[Fault] = []
     while True:
         pause_until = time.monotonic() + profile.fault_every_s
@@ -241,8 +264,12 @@ def _inject_faults(
             time.sleep(0.05)
         if len(faults) >= profile.faults and _answers(outs) >= profile.claims:
             return faults
+        if until is not None and time.monotonic() >= until:
+            return faults
         began_ms = int(time.time() * 1000)
         what = topology.fault(len(faults))
+        # A topology that first waits for a healthy state says when it broke something.
+        began_ms = getattr(topology, "injected_ms", None) or began_ms
         decided_ms = asyncio.run(_probe(topology, profile, len(faults)))
         faults.append(Fault(began_ms=began_ms, what=what, probe_decided_ms=decided_ms))
 
@@ -294,21 +321,31 @@ def _decided_slots(answers: Iterable[Sequence[Any]], claimants: int) -> list[tup
 
 
 async def _forgotten(
-    topology: Topology, job: str, jobs: int, slots: Sequence[tuple[int, int]]
-) -> int:
-    """How many of `slots` ((lane, slot)) a fresh claim wins again now (the store forgot their
-    runs)."""
+    topology: Topology,
+    job: str,
+    jobs: int,
+    slots: Sequence[tuple[int, int]],
+    budget_s: float = 600,
+) -> tuple[int, int]:
+    """How many of `slots` ((lane, slot): the slot of lane's job) a fresh claim wins again now
+    (the store forgot their runs), and how many could not be checked: no definite answer, or
+    `budget_s` spent (a stalled store)."""
     store = create_store(topology.url, **topology.options)
     await store.open()
+    until = time.monotonic() + budget_s
     try:
-        forgotten = 0
+        forgotten = unchecked = 0
         for lane, slot in slots:
+            if time.monotonic() >= until:
+                unchecked += 1
+                continue
             request = ClaimRequest(
                 job=lane_job(job, jobs, lane), slot=slot, instance="chaos-check", **REQUEST
             )
             outcome, _, _ = await claim_until_decided(store, request, 20_000)
             forgotten += outcome == Outcome.WON.value
-        return forgotten
+            unchecked += outcome == Outcome.UNKNOWN.value
+        return forgotten, unchecked
     finally:
         await store.close()
 
@@ -322,6 +359,9 @@ def tally(
     forgotten: int,
     seconds: float,
     command: str,
+    forgotten_unchecked: int = 0,
+    server: str | None = None,
+    stopped_early: bool = False,
 ) -> Tally:
     """Count `answers` (``[slot, token, outcome, tries, answered_ms, lane]``) per slot of each
     lane's job."""
@@ -357,9 +397,12 @@ def tally(
         nobody_won=sum(Outcome.WON.value not in o for o in complete),
         unknown=outcomes.get(Outcome.UNKNOWN.value, 0),
         forgotten=forgotten,
+        forgotten_unchecked=forgotten_unchecked,
         outcomes=dict(sorted(outcomes.items())),
         faults=[fault.what for fault in faults],
         recover_ms=recover_ms,
         seconds=round(seconds, 1),
         command=command,
+        server=server,
+        stopped_early=stopped_early,
     )

@@ -25,16 +25,22 @@ import anarchon
 MODE, STORE, JOURNAL = sys.argv[1:4]
 
 
-def journal(slot: int) -> None:
+def journal(slot: int | None) -> None:
+    """A run this process executed (its slot), or, with None, a fire of APScheduler's job."""
     db = sqlite3.connect(JOURNAL, timeout=30, isolation_level=None)
     try:
         db.execute("CREATE TABLE IF NOT EXISTS runs (pid, slot, at)")
-        db.execute("INSERT INTO runs VALUES (?, ?, ?)", (os.getpid(), slot, time.time()))
+        db.execute("CREATE TABLE IF NOT EXISTS fires (pid, at)")
+        if slot is None:
+            db.execute("INSERT INTO fires VALUES (?, ?)", (os.getpid(), time.time()))
+        else:
+            db.execute("INSERT INTO runs VALUES (?, ?, ?)", (os.getpid(), slot, time.time()))
     finally:
         db.close()
 
 
 def tick() -> None:
+    journal(None)
     with anarchon.once(STORE, "tick", every="1s") as run:
         if run:  # None on the processes that did not win this second
             journal(run.slot)
@@ -60,6 +66,7 @@ async def run_async() -> None:
         task = asyncio.current_task()
         assert task is not None
         running.add(task)
+        journal(None)
         try:
             async with anarchon.once(store, "tick", every="1s") as run:
                 if run:

@@ -10,6 +10,7 @@ import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,15 +25,25 @@ SLOTS = 6
 """How many slots both processes must have seen before they are stopped."""
 
 
-def journal(path: Path) -> list[tuple[int, int]]:
-    """(pid, slot) of every run the processes executed."""
+def journal(path: Path, table: str = "runs") -> list[tuple[Any, ...]]:
+    """(pid, slot) of every run the processes executed; with ``fires``, (pid, at) of every
+    fire of APScheduler's job."""
     db = sqlite3.connect(path, timeout=30)
     try:
-        return list(db.execute("SELECT pid, slot FROM runs ORDER BY at"))
+        columns = "pid, slot" if table == "runs" else "pid, at"
+        return list(db.execute(f"SELECT {columns} FROM {table} ORDER BY at"))
     except sqlite3.OperationalError:  # no run yet
         return []
     finally:
         db.close()
+
+
+def fired_late(fires: list[tuple[Any, ...]], slot: int) -> bool:
+    """Whether APScheduler fired the job of `slot` a second late in some process: that process
+    fired twice within the next second, and `once(every="1s")` took the late fire for the next
+    slot (docs/integrations/apscheduler.md: a fire more than `every` late loses its slot)."""
+    per_pid = Counter(pid for pid, at in fires if slot + 1000 <= at * 1000 < slot + 2000)
+    return any(n >= 2 for n in per_pid.values())
 
 
 def history(url: str) -> list[RunRecord]:
@@ -70,8 +81,13 @@ def test_two_apscheduler_processes_guarded_by_once_run_each_slot_once(
     runs = journal(runs_file)
     count = Counter(slot for _, slot in runs)
     assert not [s for s, n in count.items() if n > 1], f"slots run twice: {runs}"
-    due = range(first, last + 1, 1000)
-    assert [count[slot] for slot in due] == [1] * SLOTS, runs
+    # On a loaded machine APScheduler can fire a second late; such a slot is not run (by
+    # design, see fired_late), and only such a slot may be missing.
+    fires = journal(runs_file, "fires")
+    late = [slot for slot in range(first, last + 1, 1000) if fired_late(fires, slot)]
+    due = [slot for slot in range(first, last + 1, 1000) if slot not in late]
+    assert [count[slot] for slot in due] == [1] * len(due), runs
+    assert len(late) < SLOTS // 2, f"APScheduler fired {late} late: {fires}"
     ledger = {r.slot: r for r in history(store)}
     unfinished = [
         ledger.get(slot)

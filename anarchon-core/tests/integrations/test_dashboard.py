@@ -21,6 +21,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -46,15 +47,15 @@ CHROMEDRIVER = os.environ.get("ANARCHON_TEST_CHROMEDRIVER", "/usr/bin/chromedriv
 MINUTE = 60_000
 SECRET = "s3cret-pw"
 
-# The colours of dashboard.css, as Chromium computes them.
+# The colours of dashboard.css, as Chromium computes them (getComputedStyle).
 COLOURS = {
-    "succeeded": "rgba(46, 157, 79, 1)",
-    "failed": "rgba(210, 57, 59, 1)",
-    "skipped": "rgba(163, 168, 174, 1)",
-    "interrupted": "rgba(142, 68, 173, 1)",
-    "running": "rgba(242, 183, 5, 1)",
-    "claimed": "rgba(63, 127, 214, 1)",
-    "damaged": "rgba(90, 26, 26, 1)",
+    "succeeded": "rgb(46, 157, 79)",
+    "failed": "rgb(210, 57, 59)",
+    "skipped": "rgb(163, 168, 174)",
+    "interrupted": "rgb(142, 68, 173)",
+    "running": "rgb(242, 183, 5)",
+    "claimed": "rgb(63, 127, 214)",
+    "damaged": "rgb(90, 26, 26)",
 }
 
 APP = """\
@@ -272,6 +273,49 @@ def _wait(
     ).until(condition, what)
 
 
+_READ_PAGE = """
+function text(id) {
+  var element = document.getElementById(id);
+  return element ? element.innerText : null;
+}
+var jobs = {};
+document.querySelectorAll("tr.job").forEach(function (row) {
+  jobs[row.dataset.job] = {
+    text: row.innerText,
+    badges: Array.from(row.querySelectorAll(".badge"), function (b) { return b.innerText; }),
+    cells: Array.from(row.querySelectorAll("ol.timeline li.slot"), function (li) {
+      var style = getComputedStyle(li);
+      return {
+        slot: li.dataset.slot,
+        classes: Array.from(li.classList),
+        title: li.title,
+        text: li.innerText,
+        background: style.backgroundColor,
+        border: style.borderTopColor,
+      };
+    }),
+  };
+});
+return {
+  body: document.body.innerText,
+  jobs: jobs,
+  legend: text("legend"),
+  instances: text("instances"),
+  errors: text("errors"),
+  control_note: text("control-note"),
+};
+"""
+
+
+def _read_page(driver: WebDriver) -> dict[str, Any]:
+    """What the page shows, read in one step in the page: its content is swapped in place every
+    refresh, so elements found one by one go stale when a refresh falls between two of the
+    WebDriver calls (on a busy machine, one does within a few dozen). Per job row (by
+    ``data-job``): its text, badges, and timeline cells with their computed colours."""
+    page: dict[str, Any] = driver.execute_script(_READ_PAGE)
+    return page
+
+
 @pytest.mark.processes
 def test_the_page_shows_every_outcome_and_refreshes_by_itself(
     dashboard: tuple[Dashboard, Path, dict[str, int]], browser: WebDriver
@@ -279,26 +323,23 @@ def test_the_page_shows_every_outcome_and_refreshes_by_itself(
     server, db, slots = dashboard
     driver = browser
     driver.get(server.address)
-    page = driver.find_element(By.TAG_NAME, "body").text
-    assert "sqlite:///anarchon.db" in page
+    page = _read_page(driver)
+    assert "sqlite:///anarchon.db" in page["body"]
 
     # Jobs: from --app with their schedules and next slots in their zones; a job only the
     # store knows says its schedule is unknown.
-    rows = {
-        row.get_attribute("data-job"): row
-        for row in driver.find_elements(By.CSS_SELECTOR, "tr.job")
-    }
+    rows = page["jobs"]
     assert set(rows) == {"report", "backup", "legacy"}
-    assert "*/5 * * * * (UTC)" in rows["report"].text
-    backup = rows["backup"].text
+    assert "*/5 * * * * (UTC)" in rows["report"]["text"]
+    backup = rows["backup"]["text"]
     assert "30 2 * * * (Europe/Paris)" in backup
     assert re.search(r"02:30:00 CES?T \(\+0[12]:00\)", backup), backup
-    assert "schedule unknown" in rows["legacy"].text
+    assert "schedule unknown" in rows["legacy"]["text"]
 
     # The timeline: one cell per slot, oldest first, coloured by outcome.
-    cells = rows["report"].find_elements(By.CSS_SELECTOR, "ol.timeline li.slot")
+    cells = rows["report"]["cells"]
     assert len(cells) == len(slots)
-    by_slot = {cell.get_attribute("data-slot"): cell for cell in cells}
+    by_slot = {cell["slot"]: cell for cell in cells}
     outcome_of = {
         "succeeded": "succeeded",
         "failed": "failed",
@@ -310,37 +351,37 @@ def test_the_page_shows_every_outcome_and_refreshes_by_itself(
         "damaged": "damaged",
         "running": "running",
     }
-    shown = [cell.get_attribute("data-slot") or "" for cell in cells]
+    shown = [cell["slot"] for cell in cells]
     assert shown == sorted(shown), "the timeline reads oldest to newest"
     for name, slot in slots.items():
         cell = by_slot[_iso(slot).replace("T", " ")]
         outcome = outcome_of[name]
-        assert outcome in (cell.get_attribute("class") or "").split(), name
-        assert cell.value_of_css_property("background-color") == COLOURS[outcome], name
+        assert outcome in cell["classes"], name
+        assert cell["background"] == COLOURS[outcome], name
     skipped = by_slot[_iso(slots["skipped"]).replace("T", " ")]
-    assert "skipped: coalesced: a newer slot ran" in (skipped.get_attribute("title") or "")
+    assert "skipped: coalesced: a newer slot ran" in skipped["title"]
     late = by_slot[_iso(slots["late"]).replace("T", " ")]
-    assert "skipped: late" in (late.get_attribute("title") or "")
+    assert "skipped: late" in late["title"]
     taken = by_slot[_iso(slots["taken-over"]).replace("T", " ")]
-    assert taken.text == "2"
-    assert taken.value_of_css_property("border-top-color") == "rgba(17, 17, 17, 1)"
+    assert taken["text"] == "2"
+    assert taken["border"] == "rgb(17, 17, 17)"
     plain = by_slot[_iso(slots["succeeded"]).replace("T", " ")]
-    assert plain.value_of_css_property("border-top-color") == "rgba(0, 0, 0, 0)"
+    assert plain["border"] == "rgba(0, 0, 0, 0)"
 
     # The legend names every mark.
-    legend = driver.find_element(By.ID, "legend").text
+    legend = page["legend"]
     for label in ("succeeded", "failed", "skipped", "interrupted", "running", "claimed"):
         assert label in legend
     assert "taken over" in legend and "damaged" in legend
 
     # Instances seen in recent runs, labelled as such.
-    instances = driver.find_element(By.ID, "instances").text
+    instances = page["instances"]
     assert "does not track live membership" in instances
     for host in ("host-a", "host-b", "host-c", "host-old"):
         assert host in instances
 
     # The last errors: the failed run's error, credentials hidden, and the damaged record.
-    errors = driver.find_element(By.ID, "errors").text
+    errors = page["errors"]
     assert "OSError: cannot reach postgresql://bob:***@db.internal/prod" in errors
     assert "bogus" in errors
     assert SECRET not in driver.page_source
@@ -363,13 +404,14 @@ def test_the_page_shows_every_outcome_and_refreshes_by_itself(
     asyncio.run(one_more_run())
     _wait(
         driver,
-        lambda d: "fresh fail" in d.find_element(By.ID, "errors").text,
+        lambda d: "fresh fail" in (_read_page(d)["errors"] or ""),
         what="the new failed run on the page",
     )
     assert driver.execute_script("return window.notReloaded === true;")
-    legacy = driver.find_element(By.CSS_SELECTOR, "tr.job[data-job='legacy']")
-    assert len(legacy.find_elements(By.CSS_SELECTOR, "li.slot.failed")) == 1
-    assert "host-new" in driver.find_element(By.ID, "instances").text
+    page = _read_page(driver)
+    legacy_cells = page["jobs"]["legacy"]["cells"]
+    assert len([c for c in legacy_cells if "failed" in c["classes"]]) == 1, legacy_cells
+    assert "host-new" in page["instances"]
 
     # It stops on SIGTERM, and the page says it lost the dashboard.
     server.proc.send_signal(signal.SIGTERM)
@@ -564,9 +606,9 @@ def test_without_allow_control_pauses_show_but_nothing_changes_the_store(
     asyncio.run(pause_by_cli())
     with _serve(tmp_path, "sqlite:///anarchon.db", "--refresh", "1s") as (_, address):
         browser.get(address)
-        badge = _row(browser, "report").find_element(By.CSS_SELECTOR, ".badge.paused")
-        assert badge.text == "paused until resumed by ops@laptop: deploy freeze"
-        assert not _row(browser, "legacy").find_elements(By.CSS_SELECTOR, ".badge")
+        rows = _read_page(browser)["jobs"]
+        assert rows["report"]["badges"] == ["paused until resumed by ops@laptop: deploy freeze"]
+        assert rows["legacy"]["badges"] == []
         assert not browser.find_elements(By.TAG_NAME, "form")
         assert not browser.find_elements(By.TAG_NAME, "button")
         assert "read-only" in browser.find_element(By.TAG_NAME, "footer").text
@@ -590,7 +632,7 @@ def test_pause_resume_and_trigger_from_the_page(tmp_path: Path, browser: WebDriv
 
         # Not signed in: the page says how to sign in, and shows no button.
         driver.get(address)
-        assert "not signed in" in driver.find_element(By.ID, "control-note").text
+        assert "not signed in" in (_read_page(driver)["control_note"] or "")
         assert not driver.find_elements(By.TAG_NAME, "button")
 
         # The printed link signs in and leaves the token out of the address bar.

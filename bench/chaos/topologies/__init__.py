@@ -16,7 +16,7 @@ from .redis_restart import RedisRestart
 
 __all__ = ["TOPOLOGIES"]
 
-TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
+TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[..., Topology]]] = {
     "nats-cluster": (NATSClusterLeader.OPTIONS, NATSClusterLeader),
     "postgres-failover": (PostgresFailover.OPTIONS, PostgresFailover),
     "redis-cluster": (RedisClusterFailover.OPTIONS, RedisClusterFailover),
@@ -24,4 +24,5 @@ TOPOLOGIES: Mapping[str, tuple[Sequence[str], Callable[[str], Topology]]] = {
     "redis-restart": (RedisRestart.OPTIONS, RedisRestart),
     "redis-sentinel": (RedisSentinelFailover.OPTIONS, RedisSentinelFailover),
 }
-"""name -> (its options, the default first; the factory of a topology for one option)."""
+"""name -> (its options, the default first; the factory of a topology for one option, and
+keyword arguments of its own: ``nats-cluster`` takes ``server``, the nats-server binary)."""

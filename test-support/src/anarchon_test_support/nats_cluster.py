@@ -5,6 +5,10 @@ directory under `root`, routed to the others; the cluster is ready when every no
 its client port and reports a JetStream meta leader (checked by the caller with a client, as
 this module imports no NATS driver). Nodes can be stopped, killed and started again on the same
 ports and directories, so a restarted node catches up from its peers.
+
+The binary is `NATS_SERVER` (``ANARCHON_TEST_NATS_SERVER``, default /usr/sbin/nats-server) unless
+the cluster is given another (``NATSCluster(root, server=...)``, as the chaos harness's
+``--nats-server`` does).
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ def free_port() -> int:
 class NATSNode:
     """One server of the cluster: ``n<index>``, its client and route ports, its directory."""
 
-    def __init__(self, root: Path, index: int) -> None:
+    def __init__(self, root: Path, index: int, server: str = NATS_SERVER) -> None:
         self.name = f"n{index}"
+        self.server = server
         self.root = root / self.name
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -54,7 +59,7 @@ class NATSNode:
         """Start the server (again) on its ports and directory; returns once it listens."""
         routes = ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)
         command = [
-            NATS_SERVER,
+            self.server,
             "-a",
             "127.0.0.1",
             "-p",
@@ -99,11 +104,12 @@ class NATSNode:
 
 
 class NATSCluster:
-    """`size` routed JetStream servers (default 3). `url` names them all
+    """`size` routed JetStream servers (default 3), each the binary `server`. `url` names them all
     (``nats://127.0.0.1:p1,127.0.0.1:p2,...``), so a client follows the cluster."""
 
-    def __init__(self, root: Path, size: int = 3) -> None:
-        self.nodes = [NATSNode(root, i + 1) for i in range(size)]
+    def __init__(self, root: Path, size: int = 3, server: str = NATS_SERVER) -> None:
+        self.server = server
+        self.nodes = [NATSNode(root, i + 1, server) for i in range(size)]
         for node in self.nodes:
             node.routes = [other.cluster_port for other in self.nodes if other is not node]
 
@@ -125,6 +131,13 @@ class NATSCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+    def version(self) -> str:
+        """What the binary says it is (``nats-server: v2.9.10``)."""
+        answer = subprocess.run(
+            [self.server, "--version"], capture_output=True, text=True, check=True, timeout=10
+        )
+        return answer.stdout.strip()
 
     async def wait_ready(self, deadline_s: float = 30) -> None:
         """Return once the cluster can place an R3 stream (every peer known to the meta

@@ -84,11 +84,13 @@ class Health:
     members: tuple[Member, ...] = ()
     """The fleet's live members as this instance last read them (stores with a member list,
     DESIGN section 12): instance, last heartbeat, and the `stats` each published (claims,
-    reads, fallbacks, wins). Empty without a member list."""
+    reads, fallbacks, orphans, wins, job_set). Empty without a member list."""
     fleet_stats: Mapping[str, int] = attrs.field(factory=dict)
     """This instance's own fleet counters (as it publishes them): claims at the slot as a
-    contender, reads after the grace as a non-contender, fallbacks (slots it found undecided
-    and decided), wins. Empty without a member list."""
+    contender, reads (later claims: as a watcher, or for slots whose contenders and watchers
+    all left), fallbacks (of those, slots it found undecided and decided), orphans (of those,
+    the ones claimed because everyone ranked above had left), wins. Empty without a member
+    list."""
     store_notices: tuple[str, ...] = ()
     """What the store noticed about its server and wants an operator to see (redacted), from
     the store's optional ``notices`` attribute: e.g. Redis says that its server restarted (its

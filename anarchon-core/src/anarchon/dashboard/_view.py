@@ -145,6 +145,8 @@ class DashboardView:
     errors: tuple[ErrorLine, ...]
     members: tuple[MemberSeen, ...] = ()
     """The live members, on stores with a member list; empty elsewhere."""
+    keeps_members: bool = False
+    """The store keeps a member list (`Capabilities.membership`), even if nobody is in it."""
 
 
 def _utc(ms: int) -> str:
@@ -253,9 +255,12 @@ def build_view(
     snapshot: Snapshot,
     schedules: Mapping[str, JobSchedule],
     pauses: Sequence[Pause] = (),
+    *,
+    keeps_members: bool = False,
 ) -> DashboardView:
     """Arrange a `Snapshot` for the page; `schedules` are the jobs' schedules (cron or
-    ``every``) known from ``--app``, `pauses` the pauses in force."""
+    ``every``) known from ``--app``, `pauses` the pauses in force, `keeps_members` whether the
+    store keeps a member list."""
     paused = {pause.job: pause for pause in pauses}
     jobs = []
     for job in snapshot.jobs:
@@ -290,6 +295,7 @@ def build_view(
             )
             for m in snapshot.members
         ),
+        keeps_members=keeps_members,
     )
 
 
@@ -311,4 +317,4 @@ async def read_view(
     pauses: list[Pause] = []
     if isinstance(store, SupportsPause) and store.capabilities.pause:
         pauses = await store.pauses()
-    return build_view(snapshot, schedules, pauses)
+    return build_view(snapshot, schedules, pauses, keeps_members=store.capabilities.membership)
