@@ -19,7 +19,7 @@ import attrs
 
 from anarchon import ClaimRequest, Outcome, Overlap, create_store
 
-from .worker import claim_until_decided
+from .worker import claim_until_decided, lane_job
 
 __all__ = ["Fault", "Profile", "Tally", "Topology", "run_chaos", "tally", "worker_spec"]
 
@@ -65,7 +65,10 @@ class Topology(Protocol):
 class Profile:
     """How hard a run pushes: `processes` x `tasks` claimants per slot race on ascending slots,
     a fault every `fault_every_s`, until at least `faults` faults and `claims` answers (or
-    `max_slots` slots each)."""
+    `max_slots` slots each). `jobs` above 1 runs that many such races at once, each on its own
+    job (every slot of each contested by the same `processes` x `tasks` claimants): a store
+    whose claims of one job take turns (PostgreSQL's job lock, held through a synchronous
+    commit) then makes `jobs` times the claims in the same time."""
 
     name: str
     processes: int
@@ -73,6 +76,7 @@ class Profile:
     faults: int
     claims: int
     fault_every_s: float
+    jobs: int = 1
     max_slots: int = 1_000_000
     give_up_ms: int = 20_000
     recover_timeout_s: float = 60.0
@@ -106,10 +110,12 @@ class Tally:
     profile: str
     processes: int
     tasks: int
+    jobs: int
+    """Races run at once, each on its own job (slots below count each job's slot once)."""
     claims: int
     """Answers recorded (contested claims: every slot has processes x tasks claimants)."""
     slots: int
-    """Slots claimed by every claimant."""
+    """Slots (of any job) claimed by every claimant."""
     duplicate_winners: int
     """Winners beyond the first, summed over slots (C1 broken when > 0)."""
     duplicate_slots: int
@@ -151,6 +157,7 @@ def worker_spec(
         "step_ms": 1_000,
         "slots": profile.max_slots,
         "tasks": profile.tasks,
+        "jobs": profile.jobs,
         "request": dict(REQUEST),
         "give_up_ms": profile.give_up_ms,
         "out": str(out),
@@ -175,23 +182,31 @@ def _run(topology: Topology, profile: Profile, command: str, max_seconds: float 
     first_slot = (int(time.time()) - 86_400) * 1000
     with tempfile.TemporaryDirectory(prefix="anarchon-chaos-") as folder:
         outs = [Path(folder) / f"worker-{n}.jsonl" for n in range(profile.processes)]
-        procs = [
-            Popen(
-                [sys.executable, "-m", "bench.chaos.worker", json.dumps(spec)],
-                cwd=ROOT,
-                stdin=PIPE,
-                stdout=PIPE,
-                stderr=PIPE,
-                text=True,
-            )
-            for spec in (worker_spec(topology, profile, out, job, first_slot) for out in outs)
-        ]
+        # Each worker's stderr goes to a file, not a pipe: nobody reads a pipe during the race,
+        # and a worker whose pool logs a warning per connection lost in each failover filled its
+        # 64 KiB and stopped, blocked in the write (PostgreSQL with --jobs 16).
+        errs = [out.with_suffix(".err") for out in outs]
+        procs = []
+        for out, err in zip(outs, errs, strict=True):
+            spec = worker_spec(topology, profile, out, job, first_slot)
+            with err.open("w") as stderr:
+                procs.append(
+                    Popen(
+                        [sys.executable, "-m", "bench.chaos.worker", json.dumps(spec)],
+                        cwd=ROOT,
+                        stdin=PIPE,
+                        stdout=PIPE,
+                        stderr=stderr,
+                        text=True,
+                    )
+                )
         try:
-            for proc in procs:
+            for proc, err in zip(procs, errs, strict=True):
                 assert proc.stdout is not None and proc.stdin is not None
                 line = proc.stdout.readline()
                 if line.strip() != "ready":
-                    raise RuntimeError(f"chaos worker did not start: {proc.communicate()[1]}")
+                    proc.communicate()
+                    raise RuntimeError(f"chaos worker did not start: {err.read_text()[-2000:]}")
             for proc in procs:
                 assert proc.stdin is not None
                 proc.stdin.write("go\n")
@@ -203,10 +218,10 @@ def _run(topology: Topology, profile: Profile, command: str, max_seconds: float 
                 if proc.poll() is None:
                     proc.stdin.write("stop\n")
                     proc.stdin.flush()
-            for proc in procs:
-                _, err = proc.communicate(timeout=profile.recover_timeout_s * 2)
+            for proc, err in zip(procs, errs, strict=True):
+                proc.communicate(timeout=profile.recover_timeout_s * 2)
                 if proc.returncode != 0:
-                    raise RuntimeError(f"chaos worker failed: {err[-2000:]}")
+                    raise RuntimeError(f"chaos worker failed: {err.read_text()[-2000:]}")
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -214,9 +229,8 @@ def _run(topology: Topology, profile: Profile, command: str, max_seconds: float 
                     proc.wait()
         answers = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     claimants = profile.processes * profile.tasks
-    forgotten, unchecked = asyncio.run(
-        _forgotten(topology, job, _decided_slots(answers, claimants))
-    )
+    decided = _decided_slots(answers, claimants)
+    forgotten, unchecked = asyncio.run(_forgotten(topology, job, profile.jobs, decided))
     return tally(
         topology=topology,
         profile=profile,
@@ -290,32 +304,44 @@ async def _probe(topology: Topology, profile: Profile, round: int) -> int | None
     return None
 
 
-def _decided_slots(answers: Iterable[Sequence[Any]], claimants: int) -> list[int]:
-    """The slots every claimant answered for, with at least one winner."""
-    count: dict[int, int] = defaultdict(int)
-    won: set[int] = set()
-    for slot, _token, outcome, _tries, _at in answers:
-        count[slot] += 1
-        if outcome == Outcome.WON.value:
-            won.add(slot)
-    return sorted(slot for slot, n in count.items() if n == claimants and slot in won)
+def _key(answer: Sequence[Any]) -> tuple[int, int]:
+    """(lane, slot) of an answer line (lines without a lane: lane 0)."""
+    return (answer[5] if len(answer) > 5 else 0), answer[0]
+
+
+def _decided_slots(answers: Iterable[Sequence[Any]], claimants: int) -> list[tuple[int, int]]:
+    """The (lane, slot) pairs every claimant answered for, with at least one winner."""
+    count: dict[tuple[int, int], int] = defaultdict(int)
+    won: set[tuple[int, int]] = set()
+    for answer in answers:
+        count[_key(answer)] += 1
+        if answer[2] == Outcome.WON.value:
+            won.add(_key(answer))
+    return sorted(key for key, n in count.items() if n == claimants and key in won)
 
 
 async def _forgotten(
-    topology: Topology, job: str, slots: Sequence[int], budget_s: float = 600
+    topology: Topology,
+    job: str,
+    jobs: int,
+    slots: Sequence[tuple[int, int]],
+    budget_s: float = 600,
 ) -> tuple[int, int]:
-    """How many of `slots` a fresh claim wins again now (the store forgot their runs), and how
-    many could not be checked: no definite answer, or `budget_s` spent (a stalled store)."""
+    """How many of `slots` ((lane, slot): the slot of lane's job) a fresh claim wins again now
+    (the store forgot their runs), and how many could not be checked: no definite answer, or
+    `budget_s` spent (a stalled store)."""
     store = create_store(topology.url, **topology.options)
     await store.open()
     until = time.monotonic() + budget_s
     try:
         forgotten = unchecked = 0
-        for slot in slots:
+        for lane, slot in slots:
             if time.monotonic() >= until:
                 unchecked += 1
                 continue
-            request = ClaimRequest(job=job, slot=slot, instance="chaos-check", **REQUEST)
+            request = ClaimRequest(
+                job=lane_job(job, jobs, lane), slot=slot, instance="chaos-check", **REQUEST
+            )
             outcome, _, _ = await claim_until_decided(store, request, 20_000)
             forgotten += outcome == Outcome.WON.value
             unchecked += outcome == Outcome.UNKNOWN.value
@@ -337,13 +363,15 @@ def tally(
     server: str | None = None,
     stopped_early: bool = False,
 ) -> Tally:
-    """Count `answers` (``[slot, token, outcome, tries, answered_ms]``) per slot."""
+    """Count `answers` (``[slot, token, outcome, tries, answered_ms, lane]``) per slot of each
+    lane's job."""
     claimants = profile.processes * profile.tasks
-    per_slot: dict[int, list[str]] = defaultdict(list)
+    per_slot: dict[tuple[int, int], list[str]] = defaultdict(list)
     outcomes: dict[str, int] = defaultdict(int)
     won_at: list[int] = []
-    for slot, _token, outcome, _tries, answered_ms in answers:
-        per_slot[slot].append(outcome)
+    for answer in answers:
+        outcome, answered_ms = answer[2], answer[4]
+        per_slot[_key(answer)].append(outcome)
         outcomes[outcome] += 1
         if outcome == Outcome.WON.value:
             won_at.append(answered_ms)
@@ -361,6 +389,7 @@ def tally(
         profile=profile.name,
         processes=profile.processes,
         tasks=profile.tasks,
+        jobs=profile.jobs,
         claims=len(answers),
         slots=len(complete),
         duplicate_winners=sum(max(n - 1, 0) for n in winners),

@@ -3,7 +3,10 @@
 SPEC is the JSON object `harness.worker_spec` makes. The worker prints ``ready`` once its store is
 open, waits for a line on stdin (``go``), claims its slots (see the package's docstring) until a
 second line (``stop``) or ``spec["slots"]``, and appends one JSON line per answer to
-``spec["out"]``: ``[slot, token, outcome, tries, answered_ms]``.
+``spec["out"]``: ``[slot, token, outcome, tries, answered_ms, lane]``. With ``spec["jobs"]``
+above 1 it runs that many lanes at once, each racing its own job (``JOB-0``, ``JOB-1``, ...) on
+the same ascending slots: independent races, each slot of each still contested by every
+claimant.
 """
 
 from __future__ import annotations
@@ -66,26 +69,34 @@ async def race(spec: dict[str, Any]) -> None:
     name = f"chaos-{os.getpid()}"
     out: IO[str]
     with open(spec["out"], "a", encoding="utf-8") as out:  # noqa: ASYNC230 (once, local)
-        try:
+
+        async def lane(number: int) -> None:
+            job = lane_job(spec["job"], spec.get("jobs", 1), number)
             for i in range(spec["slots"]):
                 if stop.done():
                     break
                 slot = spec["first_slot"] + i * spec["step_ms"]
                 requests = [
-                    ClaimRequest(
-                        job=spec["job"], slot=slot, instance=f"{name}-{t}", **spec["request"]
-                    )
+                    ClaimRequest(job=job, slot=slot, instance=f"{name}-{t}", **spec["request"])
                     for t in range(spec["tasks"])
                 ]
                 answers = await asyncio.gather(
                     *(claim_until_decided(store, r, spec["give_up_ms"]) for r in requests)
                 )
                 for request, (outcome, tries, answered_ms) in zip(requests, answers, strict=True):
-                    line = [slot, request.token, outcome, tries, answered_ms]
+                    line = [slot, request.token, outcome, tries, answered_ms, number]
                     out.write(json.dumps(line) + "\n")
                 out.flush()
+
+        try:
+            await asyncio.gather(*(lane(n) for n in range(spec.get("jobs", 1))))
         finally:
             await store.close()
+
+
+def lane_job(job: str, jobs: int, number: int) -> str:
+    """The job that lane `number` of `jobs` races on: `job` itself when there is one lane."""
+    return job if jobs == 1 else f"{job}-{number}"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,15 @@ this measures would hardly ever open). Options:
 
 Servers run with ``fsync = off``: a SIGKILL is a process crash, and the operating system keeps
 what the server wrote, so what the primary acknowledged is on its disk all the same; only
-replication decides what the promoted replica knows.
+replication decides what the promoted replica knows. (With ``sync``, a standby's reported flush
+is then a write into the operating system's cache; the primary still waits for that report
+before it answers, and no standby's machine loses its cache here.)
+
+Claims of one job take turns on the job's row lock, and with ``sync`` the winner holds it through
+the replica's flush, so one race makes a few dozen claims a second; ``--jobs 16`` runs 16 races
+at once on as many jobs (each slot still contested by every claimant), which is how the long
+profile reaches 10^5 claims in minutes (`PostgresFailover.LONG_JOBS`: the long profile's default
+here): ``python -m bench.chaos postgres-failover --option all --profile long``.
 """
 
 from __future__ import annotations
@@ -188,7 +196,7 @@ class ReplicatedPair:
 
     def _settings(self) -> list[str]:
         settings = ["fsync=off", "wal_level=replica", "hot_standby=on", "max_wal_senders=10"]
-        settings += ["wal_keep_size=256MB", "listen_addresses=127.0.0.1"]
+        settings += ["wal_keep_size=256MB", "listen_addresses=127.0.0.1", "max_connections=300"]
         settings += ["wal_retrieve_retry_interval=100ms"]  # a retargeted standby reconnects soon
         if self.synchronous_commit is not None:
             # By name, never '*': pg_basebackup's WAL stream (rebuilding a node) would count as
@@ -203,10 +211,16 @@ class ReplicatedPair:
     def _ctl(self, node: _Node, *action: str) -> None:
         options = " ".join(f"-c {s}" for s in [f"port={node.port}", *self._settings()])
         options += f" -k {self.folder}"
-        self._run(
-            BIN / "pg_ctl", "-D", node.data, "-o", options, "-l", node.log, "-w", "-t", "60",
-            *action,
-        )  # fmt: skip
+        try:
+            self._run(
+                BIN / "pg_ctl", "-D", node.data, "-o", options, "-l", node.log, "-w", "-t", "60",
+                *action,
+            )  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            log = node.log.read_text(errors="replace") if node.log.exists() else ""
+            raise RuntimeError(
+                f"pg_ctl {' '.join(action)} of {node.name} failed: {exc.stderr!r}\n{log[-3000:]}"
+            ) from exc
 
     def start(self) -> None:
         """Initialise and start the primary, then copy and start its standbys."""
@@ -306,6 +320,12 @@ class ReplicatedPair:
         for node in others:
             self._links[node.name].retarget(chosen.port)
         (dead.data / "postmaster.pid").unlink(missing_ok=True)
+        # And its socket's lock file, which names the killed postmaster too. Killed, it is a
+        # zombie until the machine's init reaps it (0.6 to 2 s after the kill here, measured), and
+        # a zombie's pid still answers kill(pid, 0): the rebuilt node's start then
+        # failed with 'lock file ".s.PGSQL.<port>.lock" already exists'.
+        for name in (f".s.PGSQL.{dead.port}", f".s.PGSQL.{dead.port}.lock"):
+            (self.folder / name).unlink(missing_ok=True)
         self._rejoin = threading.Thread(target=self._rejoin_safely, args=(dead, others))
         self._rejoin.start()
         if wait:
@@ -395,6 +415,10 @@ class PostgresFailover:
     """The harness's topology (`bench.chaos.Topology`) over a `ReplicatedPair`."""
 
     OPTIONS = tuple(_SYNC)
+    LONG_JOBS = 16
+    """Races at once in the long profile (`bench.chaos.Profile.jobs`): claims of one job take
+    turns on its row lock, held through a synchronous commit, so one race makes a few dozen
+    claims a second with ``sync``; 16 make 10^5 in about four minutes here."""
 
     def __init__(self, option: str) -> None:
         if option not in _SYNC:
@@ -416,7 +440,9 @@ class PostgresFailover:
     def options(self) -> Mapping[str, Any]:
         # A dead host answers at once (connection refused), so a short connect timeout only
         # bounds the case of a host that does not answer at all.
-        options: dict[str, Any] = {"connect_timeout": "3", "pool_min_size": 0}
+        # A pool as large as a worker's claims in flight with `--jobs` (jobs x tasks), within
+        # the servers' max_connections for four workers.
+        options: dict[str, Any] = {"connect_timeout": "3", "pool_min_size": 0, "pool_max_size": 60}
         if _SYNC[self.option][0] is not None:
             options["durability"] = "replicated"
         return options
@@ -430,34 +456,3 @@ class PostgresFailover:
 
     def stop(self) -> None:
         self.pair.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.chaos.topologies.postgres_failover OPTION --claims N [--out FILE]``: the
-    long profile stopped at N claims (N / 20 slots per process): ``sync`` makes a few dozen claims
-    a second here (every won claim waits for a replica's flush, holding its job's row lock), so
-    10^5 would take most of an hour."""
-    import argparse
-    import json
-
-    import attrs
-
-    from bench.chaos.harness import PROFILES, run_chaos
-
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos.topologies.postgres_failover")
-    parser.add_argument("option", choices=PostgresFailover.OPTIONS)
-    parser.add_argument("--claims", type=int, default=PROFILES["long"].claims)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    profile = attrs.evolve(PROFILES["long"], claims=args.claims, max_slots=args.claims // 20)
-    command = f"python -m bench.chaos.topologies.postgres_failover {args.option}"
-    command += f" --claims {args.claims}"
-    tally = run_chaos(PostgresFailover(args.option), profile, command=command).as_json()
-    print(json.dumps(tally, indent=2))
-    if args.out is not None:
-        args.out.write_text(json.dumps([tally], indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
