@@ -193,8 +193,9 @@ def redis_topologies(session: nox.Session) -> None:
 def failover(session: nox.Session) -> None:
     """PostgreSQL on a primary + streaming replicas: multi-host URLs, a claim in flight when the
     primary dies, `durability=replicated`, and the chaos harness's short synchronous profile
-    (left out of CI for now: a restart of the killed primary fails now and then on a loaded
-    machine); and every leader-change race on a 3-node NATS cluster (CI runs one)."""
+    (left out of CI until they pass reliably: the restart of a killed primary is fixed, but 1 run
+    in 8 still failed in stop 31); and every leader-change race on a 3-node NATS cluster (CI runs
+    one)."""
     _install(session)
     _with_services(
         session,

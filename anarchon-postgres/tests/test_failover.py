@@ -138,11 +138,20 @@ async def test_durability_replicated_opens_on_a_synchronous_pair_but_not_with_lo
     store = PostgresStore.create(url)
     await store.open()
     await store.close()
+    # A synchronous commit waits for the standby's flush, not its replay: wait until the tables
+    # the primary created are visible there, so that the standby's open finds them.
+    standby_url = f"postgresql://postgres@127.0.0.1:{sync_pair.standby.port}/postgres"
+
+    def replayed() -> bool:
+        with psycopg.connect(standby_url, autocommit=True) as conn:
+            found = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,))
+            row = found.fetchone()
+            return row is not None and row[0] > 0
+
+    await eventually(replayed, 10, "the standby to replay the primary's tables")
     # The standby alone (no target_session_attrs): the claim is refused, and the error says how
     # to reach the primary.
-    standby = PostgresStore.create(
-        url_with(schema, f"postgresql://postgres@127.0.0.1:{sync_pair.standby.port}/postgres")
-    )
+    standby = PostgresStore.create(url_with(schema, standby_url))
     await standby.open()
     try:
         with pytest.raises(StoreUnavailable, match=r"read-only.*target_session_attrs=read-write"):
