@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from anarchon import ConfigError, Member, MemoryStore, Run, Scheduler, StoreCorrupt
 from anarchon._fleet import contenders, job_set_fingerprint
 from anarchon._runtime.fleet import Role, fleet_grace_ms, job_signature
-from anarchon._runtime.settings import load_settings
+from anarchon._runtime.settings import Settings, load_settings
 from anarchon.cli import cli
 from anarchon_test_support import eventually
 
@@ -69,28 +69,24 @@ async def test_M1_a_bad_ttl_is_a_config_error() -> None:
 
 
 # -- settings ----------------------------------------------------------------------------------
-def test_fleet_settings_defaults_and_errors() -> None:
-    settings = load_settings({}, environ={})
-    fleet = (
+def _fleet_settings(settings: Settings) -> tuple[int, int, int, int]:
+    return (
         settings.contenders,
         settings.fleet_watchers,
         settings.fleet_grace_ms,
         settings.fleet_refresh_ms,
     )
-    assert fleet == (2, 1, 500, 5_000)
+
+
+def test_fleet_settings_defaults_and_errors() -> None:
+    assert _fleet_settings(load_settings({}, environ={})) == (2, 1, 500, 5_000)
     env = {
         "ANARCHON_CONTENDERS": "off",
         "ANARCHON_FLEET_GRACE": "3s",
         "ANARCHON_FLEET_WATCHERS": "3",
     }
     settings = load_settings({"fleet_refresh": "1s"}, environ=env)
-    fleet = (
-        settings.contenders,
-        settings.fleet_watchers,
-        settings.fleet_grace_ms,
-        settings.fleet_refresh_ms,
-    )
-    assert fleet == (0, 3, 3_000, 1_000)
+    assert _fleet_settings(settings) == (0, 3, 3_000, 1_000)
     with pytest.raises(ConfigError, match=r"contenders \(from code\) must be a whole number"):
         load_settings({"contenders": -1}, environ={})
     with pytest.raises(ConfigError, match=r"fleet_watchers \(from environment variable .*none"):
