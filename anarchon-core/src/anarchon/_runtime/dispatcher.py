@@ -305,14 +305,7 @@ class Dispatcher:
         request = self._request(spec, slot, skip=skip, max_late_ms=max_late_ms)
         sent_at = time.monotonic()
         claim = await self.claimer.claim(self.store.claim, request)
-        self._note(spec.name, slot, claim)
-        if claim.won:
-            return await self._execute(spec, request, claim, sent_at)
-        if claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
-            if wait:
-                return await self._backup(spec, slot, poll_ms=CATCH_UP_POLL_MS)
-            self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
-        return None
+        return await self._answered(spec, request, claim, sent_at, wait=wait)
 
     def _note(self, name: str, slot: int, claim: Claim) -> None:
         """Keep the answer for `health()`. A slot the store never answered for is kept to be
@@ -417,15 +410,25 @@ class Dispatcher:
         return list(await asyncio.gather(*(self.claimer.claim(single, r) for r in requests)))
 
     async def _answered(
-        self, spec: JobSpec, request: ClaimRequest, claim: Claim, sent_at: float
-    ) -> None:
-        """What follows a claim of the slot: won, its run starts; running, a backup (L10)."""
-        self._note(spec.name, request.slot, claim)
+        self,
+        spec: JobSpec,
+        request: ClaimRequest,
+        claim: Claim,
+        sent_at: float,
+        *,
+        wait: bool = False,
+    ) -> Execution | None:
+        """What follows a claim of the slot: won, its run starts (returned, so a caller may
+        wait for it); running, a backup (L10) in the background, or here with `wait`."""
+        slot = request.slot
+        self._note(spec.name, slot, claim)
         if claim.won:
-            await self._execute(spec, request, claim, sent_at)
-        elif claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
-            name = f"anarchon-backup-{spec.name}-{request.slot}"
-            self.spawn(self._backup(spec, request.slot), name)
+            return await self._execute(spec, request, claim, sent_at)
+        if claim.outcome is Outcome.RUNNING and self.context.lease_store is not None:
+            if wait:
+                return await self._backup(spec, slot, poll_ms=CATCH_UP_POLL_MS)
+            self.spawn(self._backup(spec, slot), f"anarchon-backup-{spec.name}-{slot}")
+        return None
 
     async def _read_slot(self, specs: Sequence[JobSpec], slot: int, orphan: bool) -> None:
         """Claim `specs` after their slot, in one batch where the store can (the claim reads

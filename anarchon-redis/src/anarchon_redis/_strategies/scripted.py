@@ -288,9 +288,10 @@ class ScriptedStrategy(Strategy):
             pending, moved[:] = sorted(moved), []
         if failed:
             await self._refuse(link, *failed[0])
+        answers = [done[i] for i in range(len(requests))]
         if confirm is None:
-            return [done[i] for i in range(len(requests))]
+            return answers
         return [
-            confirm.claim(claim, shortfalls[i]) if isinstance(claim, Claim) else claim  # type: ignore[misc]
-            for i, claim in ((i, done[i]) for i in range(len(requests)))
+            confirm.claim(answer, shortfalls[i]) if isinstance(answer, Claim) else answer  # type: ignore[misc]
+            for i, answer in enumerate(answers)
         ]
