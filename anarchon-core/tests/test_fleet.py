@@ -107,14 +107,16 @@ async def test_roles_follow_rendezvous_over_the_members_read() -> None:
     store = MemoryStore.create("roles")
     s = scheduler(store, "me", contenders=2)
     assert s.fleet is not None
-    assert s.fleet.contends("job", 1000), "no member list yet: contend for everything"
+    assert s.fleet.role("job", 1000) is Role.CONTEND, "no member list yet: contend for everything"
     same = {"job_set": s.fleet.job_set}
     for other in ("b", "c", "d", "e"):
         await store.announce(other, 60_000, same)
     await store.announce("x", 60_000, {"job_set": s.fleet.job_set + 1})
     await store.announce("y", 60_000)
     await s.fleet.beat()
-    assert s.fleet.contends("job", 1000), "not in the list itself: contend for everything"
+    assert s.fleet.role("job", 1000) is Role.CONTEND, (
+        "not in the list itself: contend for everything"
+    )
     await store.announce("me", 60_000, same)
     await s.fleet.beat()
     names = ["b", "c", "d", "e", "me"]
@@ -127,7 +129,9 @@ async def test_roles_follow_rendezvous_over_the_members_read() -> None:
     assert 20 < len(mine) < 140, "about 2 slots in 5"
     assert 5 < len(watched) < 80, "about 1 slot in 5"
     for slot in range(0, 200_000, 1000):
-        assert s.fleet.contends("job", slot) is (slot in mine), "x and y run other jobs"
+        assert (s.fleet.role("job", slot) is Role.CONTEND) is (slot in mine), (
+            "x and y run other jobs"
+        )
         role = s.fleet.role("job", slot)
         assert (role is Role.WATCH) is (slot in watched)
 
@@ -316,6 +320,6 @@ async def test_a_member_list_that_cannot_be_read_makes_the_instance_claim_everyt
         await s.fleet.beat()
         await s.fleet.beat()
     assert s.fleet.members == ()
-    assert all(s.fleet.contends("job", slot) for slot in range(0, 20_000, 1000))
+    assert all((s.fleet.role("job", slot) is Role.CONTEND) for slot in range(0, 20_000, 1000))
     warned = [r for r in caplog.records if "member list cannot be read" in r.getMessage()]
     assert len(warned) == 1, "said once per distinct error"

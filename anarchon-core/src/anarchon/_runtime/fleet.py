@@ -161,10 +161,6 @@ class Fleet:
             return Role.CONTEND
         return Role.WATCH if above < self.k + self.w else Role.SILENT
 
-    def contends(self, job: str, slot: int) -> bool:
-        """Whether this instance claims (job, slot) at the slot."""
-        return self.role(job, slot) is Role.CONTEND
-
     def plan(self, specs: Sequence[JobSpec], slot: int) -> SlotPlan:
         """The roles of `slot`'s jobs. A job whose max_late leaves no room for a grace is
         always claimed now."""
