@@ -311,6 +311,24 @@ def retried(fleet: Fleet) -> set[int]:
     return {slot for slot, *_ in fleet.rows("runs", "attempt > 1")}
 
 
+def retried_unasked(fleet: Fleet) -> dict[int, list[tuple[Any, ...]]]:
+    """The retried slots that no stop handed over (L9), with their journal rows. A stop hands a
+    slot over when the stopping instance won it and released it unstarted, or when its run
+    outlived the grace period and was cancelled (a run of a few milliseconds can, when the
+    loaded machine stalls the journal's insert)."""
+    released = fleet.released_while_stopping()
+    cancelled = {
+        slot
+        for slot, _, _, _, pid, _, _ in fleet.rows("runs", "event = 'cancelled'")
+        if pid in fleet.stopped
+    }
+    return {
+        slot: fleet.rows("runs", f"slot = {slot}")
+        for slot in retried(fleet)
+        if not released[slot] and slot not in cancelled
+    }
+
+
 @pytest.mark.parametrize("catch_up", ["all"])
 def test_T6_all_instances_started_at_once(fleet_on: Callable[..., Fleet], catch_up: str) -> None:
     fleet = fleet_on(catch_up=catch_up)
@@ -319,7 +337,7 @@ def test_T6_all_instances_started_at_once(fleet_on: Callable[..., Fleet], catch_
         fleet.wait_for_a_run_after(fleet.rows("life", "event = 'up'")[-1][2] + 1)
         fleet.terminate(procs)
     check_ledger(fleet, all_ran=True)
-    assert not retried(fleet)
+    assert not retried_unasked(fleet)
     winners = {pid for *_, pid, event, _ in fleet.rows("runs") if event == "start"}
     assert len(winners) >= 2, "one process won every slot: no race was exercised"
 
@@ -344,7 +362,7 @@ def test_T6_all_restarted_at_once_across_a_slot_boundary(
         fleet.wait_for_a_run_after(up)
     fleet.terminate(procs)
     ledger = check_ledger(fleet, all_ran=catch_up == "all")
-    assert not retried(fleet)
+    assert not retried_unasked(fleet)
     if catch_up == "latest":
         check_coalesced(fleet, ledger, down)
 
@@ -389,7 +407,7 @@ def test_T6_rolling_restart(fleet_on: Callable[..., Fleet]) -> None:
     start = fleet.rows("life", "event = 'up'")[0][2] * 1000
     fleet.terminate(procs)
     ledger = check_ledger(fleet)
-    assert not retried(fleet)
+    assert not retried_unasked(fleet)
     skipped = [r for s, r in ledger.items() if s >= start and r.status is not RunStatus.SUCCEEDED]
     assert not skipped, "a rolling restart keeps two instances up: no slot is missed"
 
