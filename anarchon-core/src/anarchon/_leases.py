@@ -15,6 +15,7 @@ import attrs
 
 from ._claims import Claim, ClaimRequest, Outcome, Overlap
 from ._errors import ConfigError
+from ._retries import append_try
 from ._runs import RunRecord, RunStatus
 
 __all__ = [
@@ -253,7 +254,10 @@ def decide_claim(
         run,
         status=RunStatus.INTERRUPTED,
         finished_at=now,
-        error=f"lease of attempt {run.attempt} ran out with no attempts left",
+        # The try log of a retried run (L12) stays: the entry is appended to it.
+        error=append_try(
+            run.error, f"lease of attempt {run.attempt} ran out with no attempts left"
+        ),
     )
     return Claim(
         outcome=Outcome.DONE,

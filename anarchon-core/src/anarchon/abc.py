@@ -316,7 +316,8 @@ class SupportsRetry(Protocol):
     finished the run; nothing written).
 
     `finish` keeps the try log of a retried run: the final status's error, if any, is appended
-    to it, and a run that succeeds after failed tries keeps the log in `error`. A store that
+    to it, and a run that succeeds after failed tries keeps the log in `error`; so does L5, whose
+    entry (``lease of attempt N ran out with no attempts left``) is appended likewise. A store that
     sweeps old runs never deletes a run whose lease (here: its wait) is still alive."""
 
     async def retry(self, job: str, slot: int, token: str, error: str, delay_ms: int) -> bool:

@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger("anarchon.postgres")
 
-FUNCTIONS_VERSION = 4
+FUNCTIONS_VERSION = 5
 """The version of this release's function bodies. Bump it whenever a body changes (a test
 compares the bodies with the digest recorded for each version)."""
 PAUSE_BODY_VERSION = 4

@@ -66,7 +66,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="L12",
         description="retry: only the holder; the run waits by the store's clock, then attempt + 1; "
-        "the try log grows, is bounded and kept by finish and sweeps (SupportsRetry)",
+        "the try log grows, is bounded and kept by finish, L5 and sweeps (SupportsRetry)",
     ),
     Rule(id="F1", description="self-fencing by the runner"),
     Rule(id="F2", description="fencing token grows strictly with (slot, attempt)"),

@@ -122,8 +122,7 @@ BEGIN
                     RETURN {answer_takeover};
                 END IF;
                 UPDATE {runs} x SET status = 'interrupted', finished_at = v_now,           -- L5
-                        error = format('lease of attempt %s ran out with no attempts left',
-                                       v_attempt)
+                        error = {interrupted_error}
                     WHERE x.prefix = a[1] AND x.job = a[2] AND x.slot = v_slot;
                 RETURN {answer_interrupted};
             END IF;

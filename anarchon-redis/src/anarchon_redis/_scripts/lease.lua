@@ -146,6 +146,28 @@ local function answer(outcome, run, floor, mine)
   return head .. ' ' .. run.token .. ' ' .. escaped(run.holder)
 end
 
+-- The last `count` characters (UTF-8) of `text`, as Python's text[-count:].
+local function last_chars(text, count)
+  if #text <= count then return text end
+  local i, seen = #text, 0
+  while i > 0 do
+    local byte = string.byte(text, i)
+    if byte < 0x80 or byte >= 0xC0 then
+      seen = seen + 1
+      if seen == count then return string.sub(text, i) end
+    end
+    i = i - 1
+  end
+  return text
+end
+
+-- L12: the run's tail ('|' and its error, the try log) with `entry` appended.
+local function append_try(tail, entry)
+  local log = string.sub(tail, 2)
+  if log ~= '' then entry = log .. TRY_SEPARATOR .. entry end
+  return '|' .. last_chars(entry, MAX_TRY_LOG_CHARS)
+end
+
 local function claim(first, request, limit)
   runs, slots, leases, events = KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
   pause = KEYS[first + 5]
@@ -220,32 +242,11 @@ local function claim(first, request, limit)
     return answer('won', run, floor, true)
   end
   run.status, run.finished = 'interrupted', now_s -- L5
-  run.tail = '|lease of attempt ' .. run.attempt .. ' ran out with no attempts left'
+  -- L5's entry, appended to the try log of a retried run (L12), which stays.
+  run.tail = append_try(run.tail, 'lease of attempt ' .. run.attempt .. ' ran out with no attempts left')
   save(field, run)
   event(field, 'interrupted', run.attempt, run.token, run.holder, limit)
   return answer('interrupted', run, floor, false)
-end
-
--- The last `count` characters (UTF-8) of `text`, as Python's text[-count:].
-local function last_chars(text, count)
-  if #text <= count then return text end
-  local i, seen = #text, 0
-  while i > 0 do
-    local byte = string.byte(text, i)
-    if byte < 0x80 or byte >= 0xC0 then
-      seen = seen + 1
-      if seen == count then return string.sub(text, i) end
-    end
-    i = i - 1
-  end
-  return text
-end
-
--- L12: the run's tail ('|' and its error, the try log) with `entry` appended.
-local function append_try(tail, entry)
-  local log = string.sub(tail, 2)
-  if log ~= '' then entry = log .. TRY_SEPARATOR .. entry end
-  return '|' .. last_chars(entry, MAX_TRY_LOG_CHARS)
 end
 
 local function update()

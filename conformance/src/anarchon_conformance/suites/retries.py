@@ -15,7 +15,7 @@ import time
 import pytest
 
 from anarchon import ClaimStore, LeaseStore, Outcome, RunRecord, RunStatus, SupportsRetry
-from anarchon.backend import MAX_TRY_LOG_CHARS, append_try, try_entry
+from anarchon.backend import MAX_TRY_LOG_CHARS, TRY_SEPARATOR, append_try, try_entry
 
 from .._harness import BackendHarness
 from .._rules import rule
@@ -205,6 +205,12 @@ class RetryTests(HarnessSuite):
         answer = await within(store.claim(self.request("l12last", slot, attempts=1)))
         assert answer.outcome is Outcome.DONE, (
             f"L12/L5: with attempts=1 there is no attempt 2 after the wait, got {answer}"
+        )
+        run = await self.raw(harness, "l12last", slot)
+        kept = entry(1) + TRY_SEPARATOR
+        assert run.status is RunStatus.INTERRUPTED and (run.error or "").startswith(kept), (
+            f"L12/L5: the run is interrupted and keeps its try log, L5's entry appended after "
+            f"{kept!r}; got {run}"
         )
 
     @rule("L12")
