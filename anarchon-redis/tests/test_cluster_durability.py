@@ -229,7 +229,7 @@ async def test_a_primary_restarted_before_its_failover_takes_its_replica_back() 
             client.close()
         primary = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
         epochs = _epochs(port)
-        assert primary.execute_command("SAVE")  # an older state in the node's folder
+        _save(primary)  # an older state in the node's folder
         primary.close()
         replica = _replica_of(local, port)
         now = await store.now_ms()
@@ -263,6 +263,20 @@ async def test_a_primary_restarted_before_its_failover_takes_its_replica_back() 
         await store.close()
         await other.close()
         local.stop()
+
+
+def _save(node: redis.Redis) -> None:
+    """SAVE on `node`, once the background save a replica's full sync started (if any) ended:
+    until then Redis refuses a SAVE ("Background save already in progress")."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert node.execute_command("SAVE")
+            return
+        except redis.ResponseError as error:
+            if "in progress" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 def _epochs(port: int) -> dict[str, str]:
