@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -266,11 +266,18 @@ def _wait(
     driver: WebDriver, condition: Callable[[WebDriver], bool], timeout: float = 20, what: str = ""
 ) -> None:
     """Wait until `condition` holds on the page, failing after `timeout` seconds."""
+
     # The page swaps its content in place every refresh: an element found a moment ago may be
     # gone; the condition is tried again.
-    WebDriverWait(
-        driver, timeout, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
-    ).until(condition, what)
+    def holds(d: WebDriver) -> bool:
+        try:
+            return condition(d)
+        except WebDriverException as error:
+            if _swapped_away(error):
+                return False
+            raise
+
+    WebDriverWait(driver, timeout, poll_frequency=0.05).until(holds, what)
 
 
 _READ_PAGE = """
@@ -575,6 +582,24 @@ def _state(driver: WebDriver, job: str) -> tuple[str, list[str]]:
     return badge, buttons
 
 
+def _flash(driver: WebDriver) -> str:
+    """The flash message's text ('' when there is none), read in one step in the page: an
+    element found first and read next can be swapped away by a refresh in between."""
+    text = driver.execute_script(
+        "var flash = document.getElementById('flash'); return flash ? flash.innerText : '';"
+    )
+    return str(text)
+
+
+def _swapped_away(error: WebDriverException) -> bool:
+    """The element was swapped away by the page's refresh: Chrome says so with a stale element
+    reference or, from some versions, with an "unknown error" about a node that "does not
+    belong to the document"."""
+    return isinstance(error, StaleElementReferenceException) or (
+        "does not belong to the document" in str(error.msg)
+    )
+
+
 def _retrying(act: Callable[[], None], timeout: float = 20) -> None:
     """Do `act` on the page, again if the refresh swapped its elements away meanwhile."""
     deadline = time.monotonic() + timeout
@@ -582,8 +607,8 @@ def _retrying(act: Callable[[], None], timeout: float = 20) -> None:
         try:
             act()
             return
-        except StaleElementReferenceException:
-            if time.monotonic() > deadline:
+        except WebDriverException as error:
+            if not _swapped_away(error) or time.monotonic() > deadline:
                 raise
 
 
@@ -664,7 +689,7 @@ def test_pause_resume_and_trigger_from_the_page(tmp_path: Path, browser: WebDriv
         _retrying(fill_in_and_pause)
         _wait(
             driver,
-            lambda d: d.find_element(By.ID, "flash").text.startswith("Paused report until "),
+            lambda d: _flash(d).startswith("Paused report until "),
             what="the flash of the pause",
         )
         badge, buttons = _state(driver, "report")
@@ -687,7 +712,7 @@ def test_pause_resume_and_trigger_from_the_page(tmp_path: Path, browser: WebDriv
         _click(driver, "report", "Resume")
         _wait(
             driver,
-            lambda d: "Resumed report" in d.find_element(By.ID, "flash").text,
+            lambda d: "Resumed report" in _flash(d),
             what="the flash of the resume",
         )
         assert _state(driver, "report") == ("", ["Pause", "Trigger now"])
@@ -697,12 +722,12 @@ def test_pause_resume_and_trigger_from_the_page(tmp_path: Path, browser: WebDriv
         _click(driver, "backup", "Trigger now")
         _wait(
             driver,
-            lambda d: "Triggered backup" in d.find_element(By.ID, "flash").text,
+            lambda d: "Triggered backup" in _flash(d),
             what="the flash of the trigger",
         )
         (made,) = asyncio.run(_triggers(db))
         assert made.job == "backup" and made.by.startswith("dashboard:")
-        assert _iso(made.slot) in driver.find_element(By.ID, "flash").text
+        assert _iso(made.slot) in _flash(driver)
 
         # A pause made elsewhere shows on the next refresh, without a reload.
         driver.execute_script("window.notReloaded = true;")
