@@ -46,12 +46,11 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from anarchon.backend import MAX_TRY_LOG_CHARS, TRY_SEPARATOR
-
 from ._names import Names
 from ._plpgsql import (
     SWEEP_MAX_ROWS,
     answer,
+    append_try,
     late_reason,
     overlap_reason,
     pause_reason,
@@ -124,10 +123,9 @@ _ANSWERS = {
         "v_run_holder",
     ),
     # L5's entry, appended to the try log of a retried run (L12), which stays.
-    "interrupted_error": (
-        "CASE WHEN v_error IS NULL OR v_error = '' THEN {entry} "
-        f"ELSE right(v_error || '{TRY_SEPARATOR}' || {{entry}}, {MAX_TRY_LOG_CHARS}) END"
-    ).replace("{entry}", "format('lease of attempt %s ran out with no attempts left', v_attempt)"),
+    "interrupted_error": append_try(
+        "v_error", "format('lease of attempt %s ran out with no attempts left', v_attempt)"
+    ),
     "late_reason": late_reason("v_now - v_slot", "a[5]::bigint"),
     "overlap_reason": overlap_reason("x.slot"),
     "pause_reason": pause_reason("z."),

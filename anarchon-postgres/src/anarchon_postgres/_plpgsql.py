@@ -18,7 +18,13 @@ from importlib.resources import files
 
 from psycopg import sql
 
-from anarchon.backend import PAUSED, SWEEP_EVERY_DIVISOR, SWEEP_EVERY_MAX
+from anarchon.backend import (
+    MAX_TRY_LOG_CHARS,
+    PAUSED,
+    SWEEP_EVERY_DIVISOR,
+    SWEEP_EVERY_MAX,
+    TRY_SEPARATOR,
+)
 
 __all__ = [
     "ANSWER_FIELDS",
@@ -45,6 +51,15 @@ newline and the skip's reason after the holder: a reason is printable text (`Cla
 checks it; the store writes no other), so the last newline of the answer starts it."""
 
 _TIME_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+
+
+def append_try(log: str, entry: str) -> str:
+    """L12: the try log `log` with `entry` appended, its last `MAX_TRY_LOG_CHARS` characters
+    kept, as `anarchon.backend.append_try` does (both SQL expressions)."""
+    return (
+        f"CASE WHEN {log} IS NULL OR {log} = '' THEN right({entry}, {MAX_TRY_LOG_CHARS}) "
+        f"ELSE right({log} || '{TRY_SEPARATOR}' || {entry}, {MAX_TRY_LOG_CHARS}) END"
+    )
 
 
 def late_reason(age: str, max_late: str) -> str:

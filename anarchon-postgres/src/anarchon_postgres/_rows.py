@@ -12,9 +12,10 @@ import attrs
 from psycopg import AsyncConnection, sql
 
 from anarchon import Claim, ClaimRequest, RunRecord, RunStatus, StoreCorrupt
-from anarchon.backend import MAX_TRY_LOG_CHARS, TRY_SEPARATOR, claim_from_outcome
+from anarchon.backend import claim_from_outcome
 
 from ._names import Names
+from ._plpgsql import append_try
 
 __all__ = [
     "INLINE_CLOSE",
@@ -37,11 +38,7 @@ INLINE_CLOSE = INLINE_QUOTE + "::text, NULL)"
 """What follows a request sent inline: the end of its quote, and no skip reason."""
 _KEY = "prefix = %s AND job = %s AND slot = %s"
 _HELD = _KEY + " AND token = %s AND status = 'running'"
-_APPEND_TRY = (
-    "CASE WHEN %s::text IS NULL THEN error "
-    f"WHEN error IS NULL OR error = '' THEN right(%s::text, {MAX_TRY_LOG_CHARS}) "
-    f"ELSE right(error || '{TRY_SEPARATOR}' || %s::text, {MAX_TRY_LOG_CHARS}) END"
-)
+_APPEND_TRY = f"CASE WHEN %s::text IS NULL THEN error ELSE {append_try('error', '%s::text')} END"
 """L12: the try log (``error``) with an entry appended (its three parameters: the entry; NULL
 leaves it unchanged), its last `MAX_TRY_LOG_CHARS` characters kept, as
 `anarchon.backend.append_try` does."""
